@@ -1,0 +1,17 @@
+//! What the BoxOffice services must agree on, and nothing else.
+//!
+//! - [`token`]: the JWT claims every service reads (queue tickets, access
+//!   tokens, order tokens), the key set that signs and verifies them, and JWKS.
+//! - [`problem`]: RFC 9457 problem documents, the only error body any service returns.
+//! - [`envelope`]: the CloudEvents 1.0 envelope of `order-events` and its payloads.
+//! - [`shutdown`]: the SIGTERM/SIGINT future every binary hands to its server.
+//! - [`telemetry`]: one tracing setup for every binary.
+#![forbid(unsafe_code)]
+
+pub mod envelope;
+pub mod problem;
+pub mod shutdown;
+pub mod telemetry;
+pub mod token;
+
+pub use problem::Problem;

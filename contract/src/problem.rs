@@ -1,0 +1,136 @@
+//! RFC 9457 problem documents (`application/problem+json`).
+//!
+//! Every 4xx/5xx a BoxOffice service sends is a [`Problem`]. The `type` URI ends
+//! in a stable slug (`/problems/sold-out`) that clients switch on; `detail` is for
+//! people. 5xx details are never internals: callers build them from fixed text.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+/// Base of every problem `type`; the slug is appended.
+pub const PROBLEM_BASE: &str = "https://boxoffice.dev/problems/";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// Seconds; sent as the `Retry-After` header, not in the body.
+    #[serde(skip)]
+    pub retry_after: Option<u64>,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Self {
+        Self {
+            kind: format!("{PROBLEM_BASE}{slug}"),
+            title: title_of(slug),
+            status: status.as_u16(),
+            detail: detail.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds.max(1));
+        self
+    }
+
+    /// The slug at the end of `type`, e.g. `sold-out`.
+    pub fn slug(&self) -> &str {
+        self.kind.rsplit('/').next().unwrap_or_default()
+    }
+
+    pub fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad-request", detail)
+    }
+
+    pub fn not_found(slug: &str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, slug, detail)
+    }
+
+    pub fn unauthorized(slug: &str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, slug, detail)
+    }
+
+    /// A 500 whose detail says nothing about the cause; log the cause before.
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the server failed; the failure has been logged",
+        )
+    }
+
+    pub fn unavailable(slug: &str, detail: impl Into<String>, retry_after: u64) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, slug, detail).retry_after(retry_after)
+    }
+}
+
+/// "sold-out" → "Sold out".
+fn title_of(slug: &str) -> String {
+    let text = slug.replace('-', " ");
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().collect::<String>() + chars.as_str(),
+        None => String::new(),
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.slug(), self.detail)
+    }
+}
+
+impl std::error::Error for Problem {}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = self.status_code();
+        let retry_after = self.retry_after;
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(seconds) = retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_carries_slug_title_and_retry_after() {
+        let p = Problem::new(StatusCode::TOO_MANY_REQUESTS, "room-full", "the room is full")
+            .retry_after(7);
+        assert_eq!(p.slug(), "room-full");
+        assert_eq!(p.title, "Room full");
+        let response = p.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+    }
+
+    #[test]
+    fn retry_after_is_never_zero() {
+        assert_eq!(Problem::bad_request("x").retry_after(0).retry_after, Some(1));
+    }
+}

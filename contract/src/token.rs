@@ -1,0 +1,384 @@
+//! Tokens: who may wait, who may buy, who may read an order.
+//!
+//! Three kinds share one claim set and differ in `token_use`:
+//! - `queue` tickets are read only by the gateway fleet on its hottest path
+//!   (the status poll), so they are HS256 under a shared secret;
+//! - `access` tokens open the shop for one fan and one event, and anyone can
+//!   verify them with the JWKS, so they are EdDSA (Ed25519) with a `kid`;
+//! - `order` tokens follow one order for days, EdDSA as well.
+//!
+//! The algorithm is pinned per kind (no `none`, no HS/EdDSA confusion) and the
+//! leeway is explicit. Signing uses the newest key; verification accepts any
+//! key in the verify set, which is how keys rotate without downtime.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+/// Clock skew tolerated on `exp` and `nbf`, in seconds.
+pub const LEEWAY_S: u64 = 5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenUse {
+    Queue,
+    Access,
+    Order,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    pub iss: String,
+    /// The event id: a token for one sale never opens another.
+    pub aud: String,
+    /// The fan id.
+    pub sub: String,
+    pub jti: String,
+    pub iat: u64,
+    pub nbf: u64,
+    pub exp: u64,
+    pub token_use: TokenUse,
+    /// Only on order tokens: the one order they may read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<Uuid>,
+}
+
+impl Claims {
+    /// Claims valid from `now` for `ttl_s` seconds with a fresh `jti`.
+    pub fn new(
+        issuer: &str,
+        event_id: &str,
+        fan_id: &str,
+        token_use: TokenUse,
+        now: u64,
+        ttl_s: u64,
+    ) -> Self {
+        Self {
+            iss: issuer.to_owned(),
+            aud: event_id.to_owned(),
+            sub: fan_id.to_owned(),
+            jti: Uuid::now_v7().simple().to_string(),
+            iat: now,
+            nbf: now,
+            exp: now + ttl_s,
+            token_use,
+            order_id: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TokenError {
+    #[error("token is malformed")]
+    Malformed,
+    #[error("token is signed with an unknown key")]
+    UnknownKey,
+    #[error("token signature or claims are invalid: {0}")]
+    Invalid(String),
+    #[error("token has expired")]
+    Expired,
+    #[error("token is not valid yet")]
+    NotYetValid,
+    #[error("token is for another event")]
+    WrongAudience,
+    #[error("token is a {found:?} token, expected {expected:?}")]
+    WrongUse { expected: TokenUse, found: TokenUse },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("cannot read key {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("key {0} is not an Ed25519 PEM key (PKCS#8 private or SPKI public)")]
+    NotEd25519(String),
+    #[error("queue ticket secret must be at least 32 bytes")]
+    WeakSecret,
+}
+
+/// One Ed25519 public key of the verify set.
+#[derive(Clone)]
+struct VerifyKey {
+    decoding: DecodingKey,
+    /// base64url of the 32-byte public key, the JWK `x`.
+    x: String,
+}
+
+/// Signs and verifies every BoxOffice token. Cheap to clone.
+#[derive(Clone)]
+pub struct KeySet {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    issuer: String,
+    signing_kid: String,
+    signing: EncodingKey,
+    verify: HashMap<String, VerifyKey>,
+    queue_encoding: EncodingKey,
+    queue_decoding: DecodingKey,
+}
+
+/// The JWK `kid` of an Ed25519 public key: a short hash, stable across restarts.
+pub fn kid_of(public_key: &[u8; 32]) -> String {
+    let digest = Sha256::digest(public_key);
+    URL_SAFE_NO_PAD.encode(&digest[..12])
+}
+
+impl KeySet {
+    /// `signing_pem` is the PKCS#8 private key that signs; `verify_pems` are
+    /// further public (or private) keys still accepted, e.g. the previous key
+    /// during a rotation. `queue_secret` signs queue tickets.
+    pub fn from_pems(
+        issuer: &str,
+        signing_pem: &str,
+        verify_pems: &[String],
+        queue_secret: &[u8],
+    ) -> Result<Self, KeyError> {
+        if queue_secret.len() < 32 {
+            return Err(KeyError::WeakSecret);
+        }
+        let signing_key = ed25519_dalek::SigningKey::from_pkcs8_pem(signing_pem)
+            .map_err(|_| KeyError::NotEd25519("signing key".into()))?;
+        let public = signing_key.verifying_key().to_bytes();
+        let signing_kid = kid_of(&public);
+        let der = signing_key
+            .to_pkcs8_der()
+            .map_err(|_| KeyError::NotEd25519("signing key".into()))?;
+        let signing = EncodingKey::from_ed_der(der.as_bytes());
+
+        let mut verify = HashMap::new();
+        let mut add = |public: [u8; 32]| -> Result<(), KeyError> {
+            let x = URL_SAFE_NO_PAD.encode(public);
+            let decoding = DecodingKey::from_ed_components(&x)
+                .map_err(|_| KeyError::NotEd25519("verify key".into()))?;
+            verify.insert(kid_of(&public), VerifyKey { decoding, x });
+            Ok(())
+        };
+        add(public)?;
+        for (i, pem) in verify_pems.iter().enumerate() {
+            let public = match ed25519_dalek::VerifyingKey::from_public_key_pem(pem) {
+                Ok(key) => key.to_bytes(),
+                Err(_) => ed25519_dalek::SigningKey::from_pkcs8_pem(pem)
+                    .map_err(|_| KeyError::NotEd25519(format!("verify key #{}", i + 1)))?
+                    .verifying_key()
+                    .to_bytes(),
+            };
+            add(public)?;
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                issuer: issuer.to_owned(),
+                signing_kid,
+                signing,
+                verify,
+                queue_encoding: EncodingKey::from_secret(queue_secret),
+                queue_decoding: DecodingKey::from_secret(queue_secret),
+            }),
+        })
+    }
+
+    /// Reads the PEM files named by `BOXOFFICE_SIGNING_KEY` / `BOXOFFICE_VERIFY_KEYS`.
+    pub fn from_files(
+        issuer: &str,
+        signing_path: &str,
+        verify_paths: &[String],
+        queue_secret: &[u8],
+    ) -> Result<Self, KeyError> {
+        let read = |path: &str| {
+            std::fs::read_to_string(path).map_err(|source| KeyError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        };
+        let signing = read(signing_path)?;
+        let verify = verify_paths
+            .iter()
+            .map(|p| read(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::from_pems(issuer, &signing, &verify, queue_secret)
+    }
+
+    pub fn issuer(&self) -> &str {
+        &self.inner.issuer
+    }
+
+    pub fn signing_kid(&self) -> &str {
+        &self.inner.signing_kid
+    }
+
+    /// Signs `claims` with the algorithm its `token_use` pins.
+    pub fn sign(&self, claims: &Claims) -> String {
+        let result = match claims.token_use {
+            TokenUse::Queue => jsonwebtoken::encode(
+                &Header::new(Algorithm::HS256),
+                claims,
+                &self.inner.queue_encoding,
+            ),
+            TokenUse::Access | TokenUse::Order => {
+                let mut header = Header::new(Algorithm::EdDSA);
+                header.kid = Some(self.inner.signing_kid.clone());
+                jsonwebtoken::encode(&header, claims, &self.inner.signing)
+            }
+        };
+        // Encoding our own serde struct with a key we parsed cannot fail.
+        result.expect("signing a token with a loaded key")
+    }
+
+    /// Verifies a token of kind `expected` for `event_id` and returns its claims.
+    pub fn verify(
+        &self,
+        token: &str,
+        expected: TokenUse,
+        event_id: Option<&str>,
+    ) -> Result<Claims, TokenError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;
+        let (algorithm, key) = match expected {
+            TokenUse::Queue => (Algorithm::HS256, &self.inner.queue_decoding),
+            TokenUse::Access | TokenUse::Order => {
+                let kid = header.kid.as_deref().ok_or(TokenError::UnknownKey)?;
+                let key = self.inner.verify.get(kid).ok_or(TokenError::UnknownKey)?;
+                (Algorithm::EdDSA, &key.decoding)
+            }
+        };
+        if header.alg != algorithm {
+            return Err(TokenError::Invalid(format!("algorithm {:?} not accepted", header.alg)));
+        }
+        let mut validation = Validation::new(algorithm);
+        validation.leeway = LEEWAY_S;
+        validation.validate_nbf = true;
+        validation.set_issuer(&[self.inner.issuer.as_str()]);
+        validation.set_required_spec_claims(&["exp", "nbf", "iat", "aud", "iss", "sub", "jti"]);
+        match event_id {
+            Some(event) => validation.set_audience(&[event]),
+            None => validation.validate_aud = false,
+        }
+        let data = jsonwebtoken::decode::<Claims>(token, key, &validation).map_err(|error| {
+            use jsonwebtoken::errors::ErrorKind;
+            match error.kind() {
+                ErrorKind::ExpiredSignature => TokenError::Expired,
+                ErrorKind::ImmatureSignature => TokenError::NotYetValid,
+                ErrorKind::InvalidAudience => TokenError::WrongAudience,
+                ErrorKind::InvalidToken | ErrorKind::Base64(_) | ErrorKind::Json(_) | ErrorKind::Utf8(_) => {
+                    TokenError::Malformed
+                }
+                other => TokenError::Invalid(format!("{other:?}")),
+            }
+        })?;
+        if data.claims.token_use != expected {
+            return Err(TokenError::WrongUse {
+                expected,
+                found: data.claims.token_use,
+            });
+        }
+        Ok(data.claims)
+    }
+
+    /// The public half of the verify set as a JWK Set document.
+    pub fn jwks(&self) -> serde_json::Value {
+        let mut keys: Vec<_> = self
+            .inner
+            .verify
+            .iter()
+            .map(|(kid, key)| {
+                serde_json::json!({
+                    "kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig",
+                    "kid": kid, "x": key.x,
+                })
+            })
+            .collect();
+        keys.sort_by(|a, b| a["kid"].as_str().cmp(&b["kid"].as_str()));
+        serde_json::json!({ "keys": keys })
+    }
+}
+
+/// A fresh Ed25519 private key as PKCS#8 PEM, for dev scripts and tests.
+pub fn generate_ed25519_pem() -> String {
+    use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
+    let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+    key.to_pkcs8_pem(LineEnding::LF)
+        .expect("encoding a fresh key")
+        .to_string()
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    fn keys() -> KeySet {
+        KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap()
+    }
+
+    #[test]
+    fn access_token_round_trips_and_names_its_kid() {
+        let keys = keys();
+        let claims = Claims::new("boxoffice", "ev1", "fan1", TokenUse::Access, now_s(), 60);
+        let token = keys.sign(&claims);
+        let header = jsonwebtoken::decode_header(&token).unwrap();
+        assert_eq!(header.alg, Algorithm::EdDSA);
+        assert_eq!(header.kid.as_deref(), Some(keys.signing_kid()));
+        assert_eq!(keys.verify(&token, TokenUse::Access, Some("ev1")).unwrap(), claims);
+    }
+
+    #[test]
+    fn a_queue_ticket_never_passes_as_an_access_token() {
+        let keys = keys();
+        let ticket = keys.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Queue, now_s(), 60));
+        assert!(keys.verify(&ticket, TokenUse::Queue, Some("ev1")).is_ok());
+        assert!(keys.verify(&ticket, TokenUse::Access, Some("ev1")).is_err());
+        let order = keys.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Order, now_s(), 60));
+        assert_eq!(
+            keys.verify(&order, TokenUse::Access, Some("ev1")),
+            Err(TokenError::WrongUse { expected: TokenUse::Access, found: TokenUse::Order })
+        );
+    }
+
+    #[test]
+    fn wrong_event_expired_and_foreign_keys_are_rejected() {
+        let keys = keys();
+        let token = keys.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Access, now_s(), 60));
+        assert_eq!(keys.verify(&token, TokenUse::Access, Some("ev2")), Err(TokenError::WrongAudience));
+        let old = keys.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Access, now_s() - 600, 60));
+        assert_eq!(keys.verify(&old, TokenUse::Access, Some("ev1")), Err(TokenError::Expired));
+        let other = self::keys();
+        assert_eq!(other.verify(&token, TokenUse::Access, Some("ev1")), Err(TokenError::UnknownKey));
+        assert_eq!(keys.verify("garbage", TokenUse::Access, None), Err(TokenError::Malformed));
+    }
+
+    #[test]
+    fn a_previous_key_in_the_verify_set_still_verifies() {
+        let old_pem = generate_ed25519_pem();
+        let old = KeySet::from_pems("boxoffice", &old_pem, &[], SECRET).unwrap();
+        let token = old.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Access, now_s(), 60));
+        let rotated = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[old_pem], SECRET).unwrap();
+        assert!(rotated.verify(&token, TokenUse::Access, Some("ev1")).is_ok());
+        assert_eq!(rotated.jwks()["keys"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn short_queue_secret_is_refused() {
+        assert!(matches!(
+            KeySet::from_pems("b", &generate_ed25519_pem(), &[], b"short"),
+            Err(KeyError::WeakSecret)
+        ));
+    }
+}
