@@ -3,12 +3,16 @@
 //! - [`token`]: the JWT claims every service reads (queue tickets, access
 //!   tokens, order tokens), the key set that signs and verifies them, and JWKS.
 //! - [`problem`]: RFC 9457 problem documents, the only error body any service returns.
+//! - [`extract`]: JSON and path extractors that reject with problem documents.
 //! - [`envelope`]: the CloudEvents 1.0 envelope of `order-events` and its payloads.
+//! - [`keys`]: the Redis key layout, one hash tag per event.
 //! - [`shutdown`]: the SIGTERM/SIGINT future every binary hands to its server.
 //! - [`telemetry`]: one tracing setup for every binary.
 #![forbid(unsafe_code)]
 
 pub mod envelope;
+pub mod extract;
+pub mod keys;
 pub mod problem;
 pub mod shutdown;
 pub mod telemetry;

@@ -1,1 +1,96 @@
+//! The BoxOffice order service: turns an admitted purchase into exactly one
+//! confirmed order and exactly one set of tickets.
+//!
+//! - [`api`]: the internal HTTP API the gateway and admission call.
+//! - [`store`]: every SQL statement; Postgres is the truth for seats and orders.
+//! - [`saga`]: the orchestrated purchase saga, persisted so it resumes after a crash.
+//! - [`stock`]: keeps the edge's Redis view of remaining seats in step with Postgres.
+//! - [`relay`]: publishes the transactional outbox to Kafka (`FOR UPDATE SKIP LOCKED`).
+//! - [`worker`]: the `ticket-issuer` consumer that turns `OrderConfirmed` into tickets.
+//! - [`kafka`]: client settings and topic creation shared by relay and worker.
+//! - [`config`]: the command line.
 #![forbid(unsafe_code)]
+
+pub mod api;
+pub mod config;
+pub mod kafka;
+pub mod relay;
+pub mod saga;
+pub mod stock;
+pub mod store;
+pub mod worker;
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::{Cli, Command, ServeConfig, WorkerConfig};
+
+/// The schema, embedded so every binary and test migrates the same way.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
+
+/// What every request handler and background task of `serve` shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: sqlx::PgPool,
+    pub stock: stock::StockView,
+    pub config: Arc<ServeConfig>,
+    /// Wakes the saga runners when an order is placed, so they need not poll fast.
+    pub saga_wakeup: Arc<tokio::sync::Notify>,
+}
+
+/// Runs the API, the saga runners and the outbox relay until `shutdown` resolves,
+/// then lets in-flight work finish.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    for runner in 0..state.config.saga_runners {
+        tracker.spawn(saga::run(state.clone(), runner, cancel.clone()));
+    }
+    if state.config.relay {
+        let producer = kafka::producer(&state.config.kafka_brokers)?;
+        kafka::ensure_topics(
+            &state.config.kafka_brokers,
+            &[&state.config.topic],
+            state.config.partitions,
+        )
+        .await?;
+        tracker.spawn(relay::run(
+            state.pool.clone(),
+            producer,
+            relay::RelayConfig::from(&*state.config),
+            cancel.clone(),
+        ));
+    }
+    tracker.close();
+
+    let app = api::router(state);
+    let server_cancel = cancel.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            server_cancel.cancel();
+        })
+        .await?;
+    cancel.cancel();
+    tracker.wait().await;
+    Ok(())
+}
+
+/// Connects to Postgres and brings the schema up to date.
+pub async fn connect_db(url: &str, max_connections: u32) -> anyhow::Result<sqlx::PgPool> {
+    use anyhow::Context;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max_connections)
+        .connect(url)
+        .await
+        .with_context(|| format!("connecting to Postgres at {url}"))?;
+    MIGRATOR.run(&pool).await.context("running migrations")?;
+    Ok(pool)
+}

@@ -1,0 +1,203 @@
+//! The internal HTTP API. Only the gateway and the admission service call it;
+//! it trusts them to have checked tokens and per-fan limits.
+//!
+//! | method, path | does |
+//! | --- | --- |
+//! | `PUT /internal/events/{id}` | create or update an event and its inventory |
+//! | `GET /internal/events/{id}` | seats: capacity, reserved, sold, remaining |
+//! | `POST /internal/orders` | place an order (hold seats), idempotent on `order_id` |
+//! | `GET /internal/orders/{id}` | an order and how many tickets it has |
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+use boxoffice_contract::extract::{Json, Path};
+use boxoffice_contract::keys::valid_event_id;
+use boxoffice_contract::Problem;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::store::{self, Order, Placed, Stock, StoreError};
+use crate::AppState;
+
+/// Largest quantity any order may have; the per-fan limit is enforced at the edge.
+pub const MAX_QUANTITY: i32 = 100;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/internal/events/{event_id}", put(put_event).get(get_event))
+        .route("/internal/orders", post(place_order))
+        .route("/internal/orders/{order_id}", get(get_order))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+impl From<StoreError> for Problem {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::UnknownEvent => Problem::not_found("unknown-event", "no such event"),
+            e @ StoreError::CapacityBelowCommitted { .. } => {
+                Problem::new(StatusCode::CONFLICT, "capacity-below-sold", e.to_string())
+            }
+            StoreError::Db(error) => {
+                tracing::error!(%error, "database error");
+                Problem::unavailable("upstream-unavailable", "the order database is unavailable", 1)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EventSpec {
+    pub name: String,
+    pub capacity: i32,
+    pub price_cents: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StockView {
+    pub capacity: i32,
+    pub reserved: i32,
+    pub sold: i32,
+    pub remaining: i32,
+}
+
+impl From<Stock> for StockView {
+    fn from(s: Stock) -> Self {
+        Self { capacity: s.capacity, reserved: s.reserved, sold: s.sold, remaining: s.remaining() }
+    }
+}
+
+fn check_event_id(event_id: &str) -> Result<(), Problem> {
+    if valid_event_id(event_id) {
+        Ok(())
+    } else {
+        Err(Problem::not_found("unknown-event", "no such event"))
+    }
+}
+
+async fn put_event(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    Json(spec): Json<EventSpec>,
+) -> Result<axum::Json<StockView>, Problem> {
+    check_event_id(&event_id)?;
+    if spec.capacity < 0 || spec.price_cents < 0 || spec.name.trim().is_empty() {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-event",
+            "name must be non-empty; capacity and price_cents must not be negative",
+        ));
+    }
+    let stock = store::upsert_event(&state.pool, &event_id, &spec.name, spec.capacity, spec.price_cents).await?;
+    state.stock.publish(&event_id, stock).await;
+    Ok(axum::Json(stock.into()))
+}
+
+async fn get_event(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+) -> Result<axum::Json<StockView>, Problem> {
+    check_event_id(&event_id)?;
+    Ok(axum::Json(store::stock(&state.pool, &event_id).await?.into()))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PlaceOrder {
+    pub order_id: Uuid,
+    pub event_id: String,
+    pub fan_id: String,
+    pub quantity: i32,
+}
+
+/// An order as the gateway shows it to its fan.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OrderView {
+    pub order_id: Uuid,
+    pub event_id: String,
+    pub fan_id: String,
+    pub status: String,
+    pub quantity: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_seat: Option<i32>,
+    pub tickets_issued: i64,
+}
+
+impl OrderView {
+    fn new(order: Order, tickets_issued: i64) -> Self {
+        Self {
+            order_id: order.order_id,
+            event_id: order.event_id,
+            fan_id: order.fan_id,
+            status: order.status,
+            quantity: order.quantity,
+            failure_reason: order.failure_reason,
+            first_seat: order.first_seat,
+            tickets_issued,
+        }
+    }
+}
+
+async fn place_order(State(state): State<AppState>, Json(req): Json<PlaceOrder>) -> Result<Response, Problem> {
+    check_event_id(&req.event_id)?;
+    if !(1..=MAX_QUANTITY).contains(&req.quantity) {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-quantity",
+            format!("quantity must be between 1 and {MAX_QUANTITY}"),
+        ));
+    }
+    let placed = store::place_order(
+        &state.pool,
+        req.order_id,
+        &req.event_id,
+        &req.fan_id,
+        req.quantity,
+        state.config.reservation_ttl_s,
+    )
+    .await?;
+    match placed {
+        Placed::Reserved(order, stock) => {
+            state.stock.publish(&req.event_id, stock).await;
+            state.saga_wakeup.notify_one();
+            tracing::info!(order_id = %order.order_id, event_id = %order.event_id, "seats held");
+            Ok((StatusCode::ACCEPTED, axum::Json(OrderView::new(order, 0))).into_response())
+        }
+        Placed::Existing(order) => {
+            if order.fan_id != req.fan_id || order.event_id != req.event_id {
+                return Err(Problem::new(StatusCode::CONFLICT, "order-id-taken", "this order id belongs to another purchase"));
+            }
+            Ok((StatusCode::OK, axum::Json(OrderView::new(order, 0))).into_response())
+        }
+        Placed::SoldOut(stock) => {
+            state.stock.publish(&req.event_id, stock).await;
+            let detail = match stock.remaining() {
+                0 => "every seat is sold or held".to_owned(),
+                n => format!("only {n} seats remain"),
+            };
+            Err(Problem::new(StatusCode::GONE, "sold-out", detail))
+        }
+    }
+}
+
+async fn get_order(State(state): State<AppState>, Path(order_id): Path<Uuid>) -> Result<axum::Json<OrderView>, Problem> {
+    let (order, tickets) = store::order(&state.pool, order_id)
+        .await?
+        .ok_or_else(|| Problem::not_found("unknown-order", "no such order"))?;
+    Ok(axum::Json(OrderView::new(order, tickets)))
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let db = sqlx::query("SELECT 1").execute(&state.pool).await.is_ok();
+    let redis = state.stock.ping().await;
+    if db && redis {
+        "ready".into_response()
+    } else {
+        Problem::unavailable("not-ready", format!("postgres up: {db}, redis up: {redis}"), 1).into_response()
+    }
+}

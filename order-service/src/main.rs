@@ -1,0 +1,40 @@
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use order_service::{connect_db, stock::StockView, AppState, Cli, Command};
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    boxoffice_contract::telemetry::init();
+    match Cli::parse().command {
+        Command::Serve(config) => {
+            let pool = connect_db(&config.database_url, config.db_connections).await?;
+            let redis = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
+            let redis = redis::aio::ConnectionManager::new(redis).await.context("connecting to Redis")?;
+            let listener = tokio::net::TcpListener::bind(&config.listen)
+                .await
+                .with_context(|| format!("binding {}", config.listen))?;
+            tracing::info!(listen = %config.listen, "order service listening");
+            let state = AppState {
+                pool,
+                stock: StockView::new(redis, &config.redis_prefix),
+                config: Arc::new(config),
+                saga_wakeup: Arc::default(),
+            };
+            order_service::serve(listener, state, boxoffice_contract::shutdown::signal()).await
+        }
+        Command::Worker(config) => {
+            let pool = connect_db(&config.database_url, 4).await?;
+            let cancel = CancellationToken::new();
+            let on_signal = cancel.clone();
+            tokio::spawn(async move {
+                boxoffice_contract::shutdown::signal().await;
+                on_signal.cancel();
+            });
+            tracing::info!(topic = %config.topic, group = %config.group, "ticket worker starting");
+            order_service::worker::run(config, pool, cancel).await
+        }
+    }
+}

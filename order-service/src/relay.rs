@@ -1,0 +1,121 @@
+//! The outbox relay: publishes rows written by the saga to Kafka.
+//!
+//! A batch is claimed with `FOR UPDATE SKIP LOCKED` inside a transaction, so
+//! several relays share the table without publishing the same row in the
+//! normal path. Rows are sent in id order, keyed by `aggregate_id` (the order
+//! id, so one order's events stay in one partition, in order), and marked
+//! published only after every send is acknowledged by all in-sync replicas.
+//! A relay that dies between publish and mark publishes the batch again after
+//! restart: delivery is at-least-once and consumers deduplicate on the
+//! CloudEvent id, which was made once when the row was written.
+
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::ServeConfig;
+
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    pub topic: String,
+    pub batch: i64,
+    pub retention: Duration,
+    /// Sleep when the outbox is empty.
+    pub idle: Duration,
+}
+
+impl From<&ServeConfig> for RelayConfig {
+    fn from(config: &ServeConfig) -> Self {
+        Self {
+            topic: config.topic.clone(),
+            batch: config.relay_batch,
+            retention: Duration::from_secs(config.outbox_retention_s.max(0) as u64),
+            idle: Duration::from_millis(100),
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: i64,
+    aggregate_id: String,
+    event_type: String,
+    payload: serde_json::Value,
+}
+
+/// Relays until cancelled. Errors are logged and retried with a pause.
+pub async fn run(pool: PgPool, producer: FutureProducer, config: RelayConfig, cancel: CancellationToken) {
+    let mut last_cleanup = tokio::time::Instant::now();
+    while !cancel.is_cancelled() {
+        let pause = match relay_batch(&pool, &producer, &config).await {
+            Ok(0) => config.idle,
+            Ok(_) => Duration::ZERO,
+            Err(error) => {
+                tracing::warn!(%error, "outbox relay batch failed; will retry");
+                Duration::from_secs(1)
+            }
+        };
+        if last_cleanup.elapsed() > Duration::from_secs(60) {
+            last_cleanup = tokio::time::Instant::now();
+            if let Err(error) = delete_published(&pool, config.retention).await {
+                tracing::warn!(%error, "outbox cleanup failed");
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// Publishes one batch; returns how many rows it published.
+pub async fn relay_batch(pool: &PgPool, producer: &FutureProducer, config: &RelayConfig) -> anyhow::Result<usize> {
+    let mut tx = pool.begin().await?;
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, aggregate_id, event_type, payload FROM outbox
+         WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(config.batch)
+    .fetch_all(&mut *tx)
+    .await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let bodies: Vec<Vec<u8>> = rows.iter().map(|r| serde_json::to_vec(&r.payload)).collect::<Result<_, _>>()?;
+    // Sends are queued in id order; the idempotent producer keeps that order per partition.
+    let sends = rows.iter().zip(&bodies).map(|(row, body)| {
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: "ce_type", value: Some(row.event_type.as_str()) })
+            .insert(Header { key: "content-type", value: Some("application/cloudevents+json") });
+        let record = FutureRecord::to(&config.topic)
+            .key(row.aggregate_id.as_bytes())
+            .payload(body.as_slice())
+            .headers(headers);
+        let send = producer.send(record, Duration::from_secs(30));
+        async move { send.await.map_err(|(error, _)| error) }
+    });
+    try_join_all(sends).await?;
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    sqlx::query("UPDATE outbox SET published_at = now() WHERE id = ANY($1)")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    tracing::debug!(count = ids.len(), first = ids[0], "outbox batch published");
+    Ok(ids.len())
+}
+
+async fn delete_published(pool: &PgPool, retention: Duration) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM outbox WHERE published_at IS NOT NULL
+         AND published_at < now() - make_interval(secs => $1)",
+    )
+    .bind(retention.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
