@@ -1,1 +1,65 @@
+//! The BoxOffice admission service: lets fans out of the waiting room at the
+//! rate the back end can take, and the admin API ops drive it with.
+//!
+//! - [`admitter`]: the tick loop; one atomic Lua script per event and tick,
+//!   under a Redis lease so exactly one replica admits each event.
+//! - [`api`]: the admin API (`/admin/v1/...`), behind the admin bearer token.
+//! - [`config`]: the command line.
 #![forbid(unsafe_code)]
+
+pub mod admitter;
+pub mod api;
+pub mod config;
+
+use std::sync::Arc;
+
+use redis::aio::ConnectionManager;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use config::Config;
+
+/// Shared by every admin request.
+#[derive(Clone)]
+pub struct AppState {
+    pub redis: ConnectionManager,
+    pub config: Arc<Config>,
+    /// Client for the order service's internal API (inventory lives there).
+    pub http: reqwest::Client,
+}
+
+impl AppState {
+    pub fn new(redis: ConnectionManager, config: Config) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(5))
+            .build()?;
+        Ok(Self { redis, config: Arc::new(config), http })
+    }
+}
+
+/// Serves the admin API and runs the admission loop until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    let admitter = admitter::Admitter::new(
+        state.redis.clone(),
+        &state.config.redis_prefix,
+        &state.config.replica_id(),
+        std::time::Duration::from_millis(state.config.lease_ms),
+        std::time::Duration::from_millis(state.config.tick_ms),
+    );
+    let loop_task = tokio::spawn(admitter.run(cancel.clone()));
+    let server_cancel = cancel.clone();
+    axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            server_cancel.cancel();
+        })
+        .await?;
+    cancel.cancel();
+    loop_task.await?;
+    Ok(())
+}

@@ -5,12 +5,14 @@
 //! - [`problem`]: RFC 9457 problem documents, the only error body any service returns.
 //! - [`extract`]: JSON and path extractors that reject with problem documents.
 //! - [`envelope`]: the CloudEvents 1.0 envelope of `order-events` and its payloads.
+//! - [`event`]: an event's settings as stored in Redis, and its lifecycle state.
 //! - [`keys`]: the Redis key layout, one hash tag per event.
 //! - [`shutdown`]: the SIGTERM/SIGINT future every binary hands to its server.
 //! - [`telemetry`]: one tracing setup for every binary.
 #![forbid(unsafe_code)]
 
 pub mod envelope;
+pub mod event;
 pub mod extract;
 pub mod keys;
 pub mod problem;

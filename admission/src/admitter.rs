@@ -1,0 +1,119 @@
+//! The admission loop. Each tick runs `admit.lua` once per event; the script
+//! holds the lease check, the lapse sweep, the rate budget and the
+//! `max_active` cap in one atomic step (see the script for its guarantees).
+
+use std::time::Duration;
+
+use boxoffice_contract::event::now_ms;
+use boxoffice_contract::keys::{events_key, EventKeys};
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+use tokio_util::sync::CancellationToken;
+
+/// What one tick did for one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tick {
+    /// This replica leads the event: fans admitted now, and active after.
+    Led { admitted: u64, active: u64 },
+    /// Another replica holds the lease.
+    Follower,
+}
+
+pub struct Admitter {
+    redis: ConnectionManager,
+    prefix: String,
+    replica: String,
+    script: Script,
+    lease: Duration,
+    tick: Duration,
+}
+
+impl Admitter {
+    pub fn new(redis: ConnectionManager, prefix: &str, replica: &str, lease: Duration, tick: Duration) -> Self {
+        Self {
+            redis,
+            prefix: prefix.to_owned(),
+            replica: replica.to_owned(),
+            script: Script::new(include_str!("admit.lua")),
+            lease,
+            tick,
+        }
+    }
+
+    /// One tick of one event at `now_ms` (a parameter so tests control the clock).
+    pub async fn tick_event(&self, event_id: &str, now_ms: i64) -> redis::RedisResult<Tick> {
+        let keys = EventKeys::new(&self.prefix, event_id);
+        let mut redis = self.redis.clone();
+        // A late tick may count up to two ticks' time; more would burst after a stall.
+        let longest = 2 * self.tick.as_millis() as u64;
+        let (admitted, active): (i64, i64) = self
+            .script
+            .key(keys.config())
+            .key(keys.queue())
+            .key(keys.active())
+            .key(keys.admit())
+            .key(keys.lease())
+            .key(keys.stock())
+            .arg(&self.replica)
+            .arg(now_ms)
+            .arg(self.lease.as_millis() as u64)
+            .arg(longest)
+            .invoke_async(&mut redis)
+            .await?;
+        Ok(if admitted < 0 {
+            Tick::Follower
+        } else {
+            Tick::Led { admitted: admitted as u64, active: active as u64 }
+        })
+    }
+
+    /// One tick of every event at `now_ms`.
+    pub async fn tick_all(&self, now_ms: i64) -> redis::RedisResult<Vec<(String, Tick)>> {
+        let mut redis = self.redis.clone();
+        let events: Vec<String> = redis.smembers(events_key(&self.prefix)).await?;
+        let mut results = Vec::with_capacity(events.len());
+        for event in events {
+            let tick = self.tick_event(&event, now_ms).await?;
+            results.push((event, tick));
+        }
+        Ok(results)
+    }
+
+    /// Ticks every `tick` until cancelled.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut interval = tokio::time::interval(self.tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = interval.tick() => {}
+            }
+            match self.tick_all(now_ms()).await {
+                Ok(results) => {
+                    for (event_id, tick) in results {
+                        if let Tick::Led { admitted, active } = tick {
+                            if admitted > 0 {
+                                tracing::debug!(%event_id, admitted, active, "admitted");
+                            }
+                        }
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "admission tick failed"),
+            }
+        }
+        self.release_leases().await;
+    }
+
+    /// Gives up our leases at shutdown so a standby takes over at once.
+    async fn release_leases(&self) {
+        let mut redis = self.redis.clone();
+        let events: Vec<String> = redis.smembers(events_key(&self.prefix)).await.unwrap_or_default();
+        let release = Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+        );
+        for event in events {
+            let keys = EventKeys::new(&self.prefix, &event);
+            let _: redis::RedisResult<i32> = release.key(keys.lease()).arg(&self.replica).invoke_async(&mut redis).await;
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The admin API, behind `Authorization: Bearer $BOXOFFICE_ADMIN_TOKEN`.
+//!
+//! | method, path | does |
+//! | --- | --- |
+//! | `PUT /admin/v1/events/{id}` | create or replace an event (Postgres inventory via the order service, then Redis) |
+//! | `PATCH /admin/v1/events/{id}` | tune rate, cap, pause or close; the next tick applies it |
+//! | `GET /admin/v1/events/{id}` | settings and live stats |
+
+use std::collections::HashMap;
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use boxoffice_contract::event::{now_ms, EventConfig, EventState};
+use boxoffice_contract::extract::{Json, Path};
+use boxoffice_contract::keys::{events_key, valid_event_id, EventKeys};
+use boxoffice_contract::Problem;
+use chrono::{DateTime, Utc};
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+
+use crate::AppState;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/admin/v1/events/{event_id}",
+            get(get_event).put(put_event).patch(patch_event),
+        )
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+/// Compares in time independent of where the first difference is.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(token) if same_secret(token.as_bytes(), state.config.admin_token.as_bytes()) => next.run(request).await,
+        _ => Problem::unauthorized("unauthorized", "send Authorization: Bearer <admin token>").into_response(),
+    }
+}
+
+fn invalid(field: &str, rule: &str) -> Problem {
+    Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", format!("{field}: {rule}"))
+}
+
+fn redis_down(error: redis::RedisError) -> Problem {
+    tracing::error!(%error, "redis error");
+    Problem::unavailable("upstream-unavailable", "the waiting-room store is unavailable", 1)
+}
+
+fn event_path(event_id: &str) -> Result<EventKeys, Problem> {
+    if valid_event_id(event_id) {
+        Ok(EventKeys::new("", event_id))
+    } else {
+        Err(invalid("event_id", "1-64 characters of A-Z, a-z, 0-9, '-' and '_'"))
+    }
+}
+
+/// The body of `PUT /admin/v1/events/{id}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    pub name: String,
+    pub capacity: i64,
+    /// When joining opens; defaults to `opens_at` (no prequeue).
+    #[serde(default)]
+    pub prequeue_at: Option<DateTime<Utc>>,
+    pub opens_at: DateTime<Utc>,
+    pub admission_rate_per_s: f64,
+    #[serde(default = "defaults::max_active")]
+    pub max_active: u64,
+    #[serde(default = "defaults::access_ttl_s")]
+    pub access_ttl_s: u64,
+    #[serde(default = "defaults::per_fan_limit")]
+    pub per_fan_limit: u32,
+    #[serde(default = "defaults::max_queue")]
+    pub max_queue: u64,
+    #[serde(default)]
+    pub price_cents: i64,
+}
+
+mod defaults {
+    pub fn max_active() -> u64 {
+        1_000
+    }
+    pub fn access_ttl_s() -> u64 {
+        300
+    }
+    pub fn per_fan_limit() -> u32 {
+        4
+    }
+    pub fn max_queue() -> u64 {
+        5_000_000
+    }
+}
+
+/// Highest admission rate accepted, fans per second.
+pub const MAX_RATE: f64 = 100_000.0;
+
+impl EventSpec {
+    /// The settings as stored, or the first field that is out of range.
+    pub fn validate(&self) -> Result<EventConfig, Problem> {
+        let name = self.name.trim();
+        if name.is_empty() || name.len() > 200 {
+            return Err(invalid("name", "1-200 characters"));
+        }
+        if !(0..=10_000_000).contains(&self.capacity) {
+            return Err(invalid("capacity", "0 to 10000000"));
+        }
+        check_rate(self.admission_rate_per_s)?;
+        if !(1..=1_000_000).contains(&self.max_active) {
+            return Err(invalid("max_active", "1 to 1000000"));
+        }
+        if !(10..=86_400).contains(&self.access_ttl_s) {
+            return Err(invalid("access_ttl_s", "10 to 86400 seconds"));
+        }
+        if !(1..=100).contains(&self.per_fan_limit) {
+            return Err(invalid("per_fan_limit", "1 to 100"));
+        }
+        if !(1..=100_000_000).contains(&self.max_queue) {
+            return Err(invalid("max_queue", "1 to 100000000"));
+        }
+        if self.price_cents < 0 {
+            return Err(invalid("price_cents", "not negative"));
+        }
+        let opens_at_ms = self.opens_at.timestamp_millis();
+        let prequeue_at_ms = self.prequeue_at.map_or(opens_at_ms, |t| t.timestamp_millis());
+        if prequeue_at_ms > opens_at_ms {
+            return Err(invalid("prequeue_at", "not after opens_at"));
+        }
+        Ok(EventConfig {
+            name: name.to_owned(),
+            capacity: self.capacity,
+            prequeue_at_ms,
+            opens_at_ms,
+            admission_rate_per_s: self.admission_rate_per_s,
+            max_active: self.max_active,
+            access_ttl_s: self.access_ttl_s,
+            per_fan_limit: self.per_fan_limit,
+            max_queue: self.max_queue,
+            price_cents: self.price_cents,
+            paused: false,
+            closed: false,
+        })
+    }
+}
+
+fn check_rate(rate: f64) -> Result<(), Problem> {
+    if rate.is_finite() && rate > 0.0 && rate <= MAX_RATE {
+        Ok(())
+    } else {
+        Err(invalid("admission_rate_per_s", "greater than 0 and at most 100000"))
+    }
+}
+
+/// Seats as the order service reports them.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Seats {
+    pub capacity: i64,
+    pub reserved: i64,
+    pub sold: i64,
+    pub remaining: i64,
+}
+
+/// Settings and live stats, the answer of every admin event call.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EventView {
+    pub event_id: String,
+    pub name: String,
+    pub state: EventState,
+    pub capacity: i64,
+    pub prequeue_at: DateTime<Utc>,
+    pub opens_at: DateTime<Utc>,
+    pub admission_rate_per_s: f64,
+    pub max_active: u64,
+    pub access_ttl_s: u64,
+    pub per_fan_limit: u32,
+    pub max_queue: u64,
+    pub price_cents: i64,
+    pub paused: bool,
+    pub queue_length: u64,
+    pub active: u64,
+    pub admitted_total: u64,
+    /// `null` when the order service cannot be reached.
+    pub sold: Option<i64>,
+    pub remaining: Option<i64>,
+}
+
+async fn put_event(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    Json(spec): Json<EventSpec>,
+) -> Result<Response, Problem> {
+    event_path(&event_id)?;
+    let config = spec.validate()?;
+    // Inventory first: Postgres is the truth, and it refuses a capacity below what is sold.
+    let url = format!("{}/internal/events/{event_id}", state.config.order_service_url);
+    let body = serde_json::json!({ "name": config.name, "capacity": config.capacity, "price_cents": config.price_cents });
+    let response = state.http.put(url).json(&body).send().await.map_err(|error| {
+        tracing::error!(%error, "order service unreachable");
+        Problem::unavailable("upstream-unavailable", "the order service is unavailable", 2)
+    })?;
+    if !response.status().is_success() {
+        let status = response.status();
+        let problem: Problem = response.json().await.unwrap_or_else(|_| Problem::internal());
+        tracing::warn!(%status, %problem, "order service refused the event");
+        return Err(problem);
+    }
+    let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
+    let mut redis = state.redis.clone();
+    let existed: bool = redis.exists(keys.config()).await.map_err(redis_down)?;
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .del(keys.config())
+        .hset_multiple(keys.config(), &config.to_fields())
+        .sadd(events_key(&state.config.redis_prefix), &event_id);
+    pipe.query_async::<()>(&mut redis).await.map_err(redis_down)?;
+    let view = view(&state, &event_id).await?;
+    let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, axum::Json(view)).into_response())
+}
+
+/// The body of `PATCH /admin/v1/events/{id}`: any of these.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventPatch {
+    pub admission_rate_per_s: Option<f64>,
+    pub max_active: Option<u64>,
+    pub paused: Option<bool>,
+    /// `open` (resume / reopen), `paused` or `closed`.
+    pub state: Option<String>,
+}
+
+async fn patch_event(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    Json(patch): Json<EventPatch>,
+) -> Result<axum::Json<EventView>, Problem> {
+    event_path(&event_id)?;
+    let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
+    let mut redis = state.redis.clone();
+    if !redis.exists::<_, bool>(keys.config()).await.map_err(redis_down)? {
+        return Err(Problem::not_found("unknown-event", "no such event"));
+    }
+    let mut fields: Vec<(&str, String)> = Vec::new();
+    if let Some(rate) = patch.admission_rate_per_s {
+        check_rate(rate)?;
+        fields.push(("rate", rate.to_string()));
+    }
+    if let Some(max_active) = patch.max_active {
+        if !(1..=1_000_000).contains(&max_active) {
+            return Err(invalid("max_active", "1 to 1000000"));
+        }
+        fields.push(("max_active", max_active.to_string()));
+    }
+    if let Some(paused) = patch.paused {
+        fields.push(("paused", u8::from(paused).to_string()));
+    }
+    match patch.state.as_deref() {
+        None => {}
+        Some("open") => fields.extend([("paused", "0".to_owned()), ("state", String::new())]),
+        Some("paused") => fields.push(("paused", "1".to_owned())),
+        Some("closed") => fields.push(("state", "closed".to_owned())),
+        Some(_) => return Err(invalid("state", "one of open, paused, closed")),
+    }
+    if fields.is_empty() {
+        return Err(invalid("body", "name at least one of admission_rate_per_s, max_active, paused, state"));
+    }
+    redis.hset_multiple::<_, _, _, ()>(keys.config(), &fields).await.map_err(redis_down)?;
+    tracing::info!(%event_id, ?fields, "event tuned");
+    Ok(axum::Json(view(&state, &event_id).await?))
+}
+
+async fn get_event(State(state): State<AppState>, Path(event_id): Path<String>) -> Result<axum::Json<EventView>, Problem> {
+    event_path(&event_id)?;
+    Ok(axum::Json(view(&state, &event_id).await?))
+}
+
+/// Reads settings and stats from Redis and seats from the order service.
+async fn view(state: &AppState, event_id: &str) -> Result<EventView, Problem> {
+    let keys = EventKeys::new(&state.config.redis_prefix, event_id);
+    let mut redis = state.redis.clone();
+    let now = now_ms();
+    let (fields, queue_length, active, admitted_total): (HashMap<String, String>, u64, u64, Option<u64>) = redis::pipe()
+        .hgetall(keys.config())
+        .zcard(keys.queue())
+        .zcount(keys.active(), now, "+inf")
+        .hget(keys.admit(), "admitted_total")
+        .query_async(&mut redis)
+        .await
+        .map_err(redis_down)?;
+    let config = EventConfig::from_fields(&fields).ok_or_else(|| Problem::not_found("unknown-event", "no such event"))?;
+    let seats = seats(state, event_id).await;
+    let remaining = seats.map(|s| s.remaining);
+    let ms = |t: i64| DateTime::<Utc>::from_timestamp_millis(t).unwrap_or_default();
+    Ok(EventView {
+        event_id: event_id.to_owned(),
+        state: config.state(now, remaining),
+        name: config.name,
+        capacity: config.capacity,
+        prequeue_at: ms(config.prequeue_at_ms),
+        opens_at: ms(config.opens_at_ms),
+        admission_rate_per_s: config.admission_rate_per_s,
+        max_active: config.max_active,
+        access_ttl_s: config.access_ttl_s,
+        per_fan_limit: config.per_fan_limit,
+        max_queue: config.max_queue,
+        price_cents: config.price_cents,
+        paused: config.paused,
+        queue_length,
+        active,
+        admitted_total: admitted_total.unwrap_or(0),
+        sold: seats.map(|s| s.sold),
+        remaining,
+    })
+}
+
+async fn seats(state: &AppState, event_id: &str) -> Option<Seats> {
+    let url = format!("{}/internal/events/{event_id}", state.config.order_service_url);
+    let response = state.http.get(url).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    response.json().await.ok()
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let mut redis = state.redis.clone();
+    match redis::cmd("PING").query_async::<String>(&mut redis).await {
+        Ok(_) => "ready".into_response(),
+        Err(_) => Problem::unavailable("not-ready", "redis is unreachable", 1).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> EventSpec {
+        serde_json::from_value(serde_json::json!({
+            "name": "Rock", "capacity": 100, "opens_at": "2026-01-01T10:00:00Z", "admission_rate_per_s": 10.0
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn defaults_fill_the_optional_fields() {
+        let config = spec().validate().unwrap();
+        assert_eq!(config.prequeue_at_ms, config.opens_at_ms);
+        assert_eq!(config.per_fan_limit, 4);
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_field() {
+        let mut bad = spec();
+        bad.admission_rate_per_s = -1.0;
+        assert!(bad.validate().unwrap_err().detail.starts_with("admission_rate_per_s"));
+        let mut bad = spec();
+        bad.prequeue_at = Some("2026-01-02T00:00:00Z".parse().unwrap());
+        assert!(bad.validate().unwrap_err().detail.starts_with("prequeue_at"));
+        let mut bad = spec();
+        bad.per_fan_limit = 0;
+        assert_eq!(bad.validate().unwrap_err().status, 422);
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abcd"));
+    }
+}

@@ -1,0 +1,52 @@
+//! The command line of `admission serve`; every flag has an env var.
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "admission", version, about = "BoxOffice admission loop and admin API")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the admission loop and the admin API.
+    Serve(Config),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Address of the admin API.
+    #[arg(long, env = "ADMISSION_LISTEN", default_value = "127.0.0.1:8081")]
+    pub listen: String,
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// First part of every Redis key (`PREFIX:{EVENT}:…`).
+    #[arg(long, env = "BOXOFFICE_REDIS_PREFIX", default_value = "bo")]
+    pub redis_prefix: String,
+    /// Bearer token of the admin API. Required: there is no default.
+    #[arg(long, env = "BOXOFFICE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: String,
+    /// Base URL of the order service's internal API.
+    #[arg(long, env = "ORDER_SERVICE_URL", default_value = "http://127.0.0.1:8082")]
+    pub order_service_url: String,
+    /// Admission tick; the contract allows at most 100 ms.
+    #[arg(long, env = "BOXOFFICE_TICK_MS", default_value_t = 100)]
+    pub tick_ms: u64,
+    /// How long a leader's lease lasts without renewal; a standby takes over after it.
+    #[arg(long, env = "BOXOFFICE_LEASE_MS", default_value_t = 1_000)]
+    pub lease_ms: u64,
+    /// This replica's name in the lease; defaults to host name and process id.
+    #[arg(long, env = "BOXOFFICE_REPLICA_ID")]
+    pub replica: Option<String>,
+}
+
+impl Config {
+    pub fn replica_id(&self) -> String {
+        self.replica.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "admission".into());
+            format!("{host}-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())
+        })
+    }
+}

@@ -1,0 +1,20 @@
+use anyhow::Context;
+use clap::Parser;
+use admission::config::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    boxoffice_contract::telemetry::init();
+    match Cli::parse().command {
+        Command::Serve(config) => {
+            let client = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
+            let redis = redis::aio::ConnectionManager::new(client).await.context("connecting to Redis")?;
+            let listener = tokio::net::TcpListener::bind(&config.listen)
+                .await
+                .with_context(|| format!("binding {}", config.listen))?;
+            tracing::info!(listen = %config.listen, "admission admin API listening");
+            let state = admission::AppState::new(redis, config)?;
+            admission::serve(listener, state, boxoffice_contract::shutdown::signal()).await
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! An event's settings as stored in `P:{E}:config`, written by the admission
+//! service and read by the gateway, and the lifecycle state derived from them.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `scheduled → prequeue → open ⇄ paused → sold_out | closed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventState {
+    Scheduled,
+    Prequeue,
+    Open,
+    Paused,
+    SoldOut,
+    Closed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventConfig {
+    pub name: String,
+    pub capacity: i64,
+    pub prequeue_at_ms: i64,
+    pub opens_at_ms: i64,
+    pub admission_rate_per_s: f64,
+    pub max_active: u64,
+    pub access_ttl_s: u64,
+    pub per_fan_limit: u32,
+    pub max_queue: u64,
+    pub price_cents: i64,
+    pub paused: bool,
+    pub closed: bool,
+}
+
+impl EventConfig {
+    /// Field/value pairs for `HSET`; names match what the Lua scripts read.
+    pub fn to_fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("name", self.name.clone()),
+            ("capacity", self.capacity.to_string()),
+            ("prequeue_at_ms", self.prequeue_at_ms.to_string()),
+            ("opens_at_ms", self.opens_at_ms.to_string()),
+            ("rate", self.admission_rate_per_s.to_string()),
+            ("max_active", self.max_active.to_string()),
+            ("access_ttl_s", self.access_ttl_s.to_string()),
+            ("per_fan_limit", self.per_fan_limit.to_string()),
+            ("max_queue", self.max_queue.to_string()),
+            ("price_cents", self.price_cents.to_string()),
+            ("paused", u8::from(self.paused).to_string()),
+            ("state", if self.closed { "closed" } else { "" }.to_owned()),
+        ]
+    }
+
+    /// Parses an `HGETALL`; `None` when the event does not exist.
+    pub fn from_fields(fields: &HashMap<String, String>) -> Option<Self> {
+        let num = |name: &str| fields.get(name).and_then(|v| v.parse::<f64>().ok());
+        Some(Self {
+            name: fields.get("name")?.clone(),
+            capacity: num("capacity")? as i64,
+            prequeue_at_ms: num("prequeue_at_ms")? as i64,
+            opens_at_ms: num("opens_at_ms")? as i64,
+            admission_rate_per_s: num("rate")?,
+            max_active: num("max_active")? as u64,
+            access_ttl_s: num("access_ttl_s")? as u64,
+            per_fan_limit: num("per_fan_limit")? as u32,
+            max_queue: num("max_queue")? as u64,
+            price_cents: num("price_cents").unwrap_or(0.0) as i64,
+            paused: fields.get("paused").is_some_and(|v| v == "1"),
+            closed: fields.get("state").is_some_and(|v| v == "closed"),
+        })
+    }
+
+    /// The lifecycle state at `now_ms` given the edge view of remaining seats.
+    pub fn state(&self, now_ms: i64, remaining: Option<i64>) -> EventState {
+        if self.closed {
+            EventState::Closed
+        } else if remaining.is_some_and(|r| r <= 0) {
+            EventState::SoldOut
+        } else if now_ms < self.prequeue_at_ms {
+            EventState::Scheduled
+        } else if now_ms < self.opens_at_ms {
+            EventState::Prequeue
+        } else if self.paused {
+            EventState::Paused
+        } else {
+            EventState::Open
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> EventConfig {
+        EventConfig {
+            name: "Rock".into(),
+            capacity: 10,
+            prequeue_at_ms: 1_000,
+            opens_at_ms: 2_000,
+            admission_rate_per_s: 2.5,
+            max_active: 5,
+            access_ttl_s: 60,
+            per_fan_limit: 4,
+            max_queue: 100,
+            price_cents: 5000,
+            paused: false,
+            closed: false,
+        }
+    }
+
+    #[test]
+    fn fields_round_trip() {
+        let fields = config().to_fields().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        assert_eq!(EventConfig::from_fields(&fields), Some(config()));
+        assert_eq!(EventConfig::from_fields(&HashMap::new()), None);
+    }
+
+    #[test]
+    fn lifecycle_follows_the_clock_the_flags_and_the_stock() {
+        let mut c = config();
+        assert_eq!(c.state(500, Some(10)), EventState::Scheduled);
+        assert_eq!(c.state(1_500, Some(10)), EventState::Prequeue);
+        assert_eq!(c.state(2_000, Some(10)), EventState::Open);
+        assert_eq!(c.state(2_000, Some(0)), EventState::SoldOut);
+        c.paused = true;
+        assert_eq!(c.state(2_000, None), EventState::Paused);
+        c.closed = true;
+        assert_eq!(c.state(2_000, Some(10)), EventState::Closed);
+    }
+}
