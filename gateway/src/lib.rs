@@ -1,1 +1,94 @@
+//! The BoxOffice gateway: the only public surface.
+//!
+//! - [`queue`]: join the waiting room and poll your place (Redis only, one round trip).
+//! - [`access`]: the tower layer that admits only valid access tokens to the shop.
+//! - [`orders`]: buy (spend the token once, forward to the order service) and follow an order.
+//! - [`events`]: public event info and the JWKS.
+//! - [`config`]: the command line.
 #![forbid(unsafe_code)]
+
+pub mod access;
+pub mod config;
+pub mod events;
+pub mod orders;
+pub mod queue;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use axum::Router;
+use boxoffice_contract::token::KeySet;
+use redis::aio::ConnectionManager;
+use redis::Script;
+use tokio::net::TcpListener;
+
+pub use config::Config;
+
+/// One per process, cloned into every request.
+#[derive(Clone)]
+pub struct AppState {
+    pub redis: ConnectionManager,
+    pub keys: KeySet,
+    pub config: Arc<Config>,
+    pub http: reqwest::Client,
+    pub scripts: Arc<Scripts>,
+}
+
+/// The Lua scripts of the hot paths, loaded once (EVALSHA after the first call).
+pub struct Scripts {
+    pub join: Script,
+    pub status: Script,
+    pub spend: Script,
+}
+
+impl AppState {
+    pub fn new(redis: ConnectionManager, keys: KeySet, config: Config) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(config.upstream_timeout_ms))
+            .build()?;
+        Ok(Self {
+            redis,
+            keys,
+            config: Arc::new(config),
+            http,
+            scripts: Arc::new(Scripts {
+                join: Script::new(include_str!("join.lua")),
+                status: Script::new(include_str!("status.lua")),
+                spend: Script::new(include_str!("spend.lua")),
+            }),
+        })
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(events::router())
+        .merge(queue::router())
+        .merge(orders::router(state.keys.clone()))
+        .with_state(state)
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await?;
+    Ok(())
+}
+
+/// The token of an `Authorization: Bearer …` header.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+pub(crate) fn redis_down(error: redis::RedisError) -> boxoffice_contract::Problem {
+    tracing::error!(%error, "redis error");
+    boxoffice_contract::Problem::unavailable("overloaded", "the waiting room is busy; try again", 1)
+}

@@ -1,0 +1,39 @@
+//! The command line of the gateway; every flag has an env var.
+
+use clap::Parser;
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "gateway", version, about = "BoxOffice edge: public API and fan page")]
+pub struct Config {
+    #[arg(long, env = "GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// First part of every Redis key (`PREFIX:{EVENT}:…`).
+    #[arg(long, env = "BOXOFFICE_REDIS_PREFIX", default_value = "bo")]
+    pub redis_prefix: String,
+    /// Base URL of the order service's internal API.
+    #[arg(long, env = "ORDER_SERVICE_URL", default_value = "http://127.0.0.1:8082")]
+    pub order_service_url: String,
+    /// Ed25519 private key (PKCS#8 PEM) that signs access and order tokens.
+    #[arg(long, env = "BOXOFFICE_SIGNING_KEY")]
+    pub signing_key: String,
+    /// Further Ed25519 PEM files still accepted (the previous key during a rotation).
+    #[arg(long, env = "BOXOFFICE_VERIFY_KEYS", value_delimiter = ',')]
+    pub verify_keys: Vec<String>,
+    /// Shared secret (≥ 32 bytes) of the gateway fleet that signs queue tickets.
+    #[arg(long, env = "BOXOFFICE_QUEUE_SECRET", hide_env_values = true)]
+    pub queue_secret: String,
+    /// `iss` of every token.
+    #[arg(long, env = "BOXOFFICE_ISSUER", default_value = "boxoffice")]
+    pub issuer: String,
+    /// Lifetime of a queue ticket.
+    #[arg(long, env = "BOXOFFICE_QUEUE_TICKET_TTL_S", default_value_t = 86_400)]
+    pub queue_ticket_ttl_s: u64,
+    /// Lifetime of an order token.
+    #[arg(long, env = "BOXOFFICE_ORDER_TOKEN_TTL_S", default_value_t = 7 * 86_400)]
+    pub order_token_ttl_s: u64,
+    /// Time allowed for one call to the order service.
+    #[arg(long, env = "BOXOFFICE_UPSTREAM_TIMEOUT_MS", default_value_t = 3_000)]
+    pub upstream_timeout_ms: u64,
+}

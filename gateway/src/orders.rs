@@ -1,0 +1,204 @@
+//! Buying and following an order.
+//!
+//! `POST /v1/events/{id}/orders` spends the access token (once, in Redis,
+//! together with the per-fan limit and the edge sold-out check) and hands
+//! the purchase to the order service, which holds the seats in Postgres.
+//! `GET /v1/orders/{id}` lets the fan follow it with the order token.
+
+use axum::extract::{Extension, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use boxoffice_contract::keys::EventKeys;
+use boxoffice_contract::token::{now_s, Claims, KeySet, TokenError, TokenUse, LEEWAY_S};
+use boxoffice_contract::extract::{Json, Path};
+use boxoffice_contract::Problem;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::access::{reject, AccessTokenLayer};
+use crate::{bearer, redis_down, AppState};
+
+pub fn router(keys: KeySet) -> Router<AppState> {
+    Router::new()
+        .route("/v1/events/{event_id}/orders", post(buy).route_layer(AccessTokenLayer::new(keys)))
+        .route("/v1/orders/{order_id}", get(get_order))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BuyRequest {
+    pub quantity: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Bought {
+    pub order_id: Uuid,
+    pub status: String,
+    pub order_token: String,
+}
+
+/// The order as the order service reports it.
+#[derive(Debug, Serialize, Deserialize)]
+struct UpstreamOrder {
+    order_id: Uuid,
+    event_id: String,
+    fan_id: String,
+    status: String,
+    quantity: i32,
+    failure_reason: Option<String>,
+    tickets_issued: i64,
+}
+
+/// The order as its fan sees it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OrderView {
+    pub order_id: Uuid,
+    pub event_id: String,
+    pub status: String,
+    pub quantity: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// Tickets written so far; equals `quantity` once the set is issued.
+    pub tickets_issued: i64,
+}
+
+fn upstream_down(error: reqwest::Error) -> Problem {
+    tracing::warn!(%error, "order service call failed");
+    Problem::unavailable("upstream-unavailable", "the order service is unavailable; retry with the same Idempotency-Key", 2)
+}
+
+/// An `Idempotency-Key` is up to 128 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(String::new()) };
+    match value.to_str() {
+        Ok(key) if !key.is_empty() && key.len() <= 128 && key.bytes().all(|b| b.is_ascii_graphic()) => Ok(key.to_owned()),
+        _ => Err(Problem::bad_request("Idempotency-Key must be 1-128 visible ASCII characters")),
+    }
+}
+
+async fn buy(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    Extension(claims): Extension<Claims>,
+    headers: HeaderMap,
+    Json(request): Json<BuyRequest>,
+) -> Result<Response, Problem> {
+    let idempotency_key = idempotency_key(&headers)?;
+    if request.quantity < 1 {
+        return Err(invalid_quantity("quantity must be at least 1"));
+    }
+    let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
+    let ttl = claims.exp.saturating_sub(now_s()) + LEEWAY_S + 1;
+    let mut redis = state.redis.clone();
+    let (outcome, order): (String, String) = state
+        .scripts
+        .spend
+        .key(keys.jti(&claims.jti))
+        .key(keys.active())
+        .key(keys.stock())
+        .key(keys.config())
+        .arg(&claims.sub)
+        .arg(&idempotency_key)
+        .arg(Uuid::now_v7().to_string())
+        .arg(ttl)
+        .arg(request.quantity)
+        .invoke_async(&mut redis)
+        .await
+        .map_err(redis_down)?;
+    match outcome.as_str() {
+        "fresh" | "replay" => {}
+        "used" => return Err(Problem::new(StatusCode::CONFLICT, "token-used", "this access token has already bought")),
+        "sold-out" => return Err(Problem::new(StatusCode::GONE, "sold-out", "every seat is sold")),
+        "too-many" => return Err(invalid_quantity(&format!("quantity must be between 1 and {order}"))),
+        other => {
+            tracing::error!(outcome = other, "spend script answered something unexpected");
+            return Err(Problem::internal());
+        }
+    }
+    let order_id: Uuid = order.parse().map_err(|_| Problem::internal())?;
+    let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let response = state
+        .http
+        .post(format!("{}/internal/orders", state.config.order_service_url))
+        .header("x-request-id", request_id)
+        .json(&serde_json::json!({
+            "order_id": order_id, "event_id": event_id, "fan_id": claims.sub, "quantity": request.quantity,
+        }))
+        .send()
+        .await
+        .map_err(upstream_down)?;
+    if !response.status().is_success() {
+        return Err(pass_on(response).await);
+    }
+    let placed: UpstreamOrder = response.json().await.map_err(upstream_down)?;
+    let mut token = Claims::new(state.keys.issuer(), &event_id, &claims.sub, TokenUse::Order, now_s(), state.config.order_token_ttl_s);
+    token.order_id = Some(order_id);
+    let body = Bought { order_id, status: placed.status, order_token: state.keys.sign(&token) };
+    let location = format!("/v1/orders/{order_id}");
+    tracing::info!(%order_id, %event_id, fan_id = %claims.sub, "order placed");
+    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], axum::Json(body)).into_response())
+}
+
+fn invalid_quantity(detail: &str) -> Problem {
+    Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-quantity", detail)
+}
+
+/// Relays a 4xx problem of the order service; hides anything else.
+async fn pass_on(response: reqwest::Response) -> Problem {
+    let status = response.status();
+    match response.json::<Problem>().await {
+        Ok(problem) if status.is_client_error() => problem,
+        _ => {
+            tracing::warn!(%status, "order service failed");
+            Problem::unavailable("upstream-unavailable", "the order service failed; retry with the same Idempotency-Key", 2)
+        }
+    }
+}
+
+fn unknown_order() -> Problem {
+    Problem::not_found("unknown-order", "no such order for this token")
+}
+
+async fn get_order(
+    State(state): State<AppState>,
+    Path(order_id): Path<Uuid>,
+    headers: HeaderMap,
+) -> Result<axum::Json<OrderView>, Problem> {
+    let token = bearer(&headers)
+        .ok_or_else(|| Problem::unauthorized("invalid-token", "send Authorization: Bearer <order_token>"))?;
+    // An order token names its order; the access token that bought it names the fan and event.
+    let claims = match state.keys.verify(token, TokenUse::Order, None) {
+        Err(TokenError::WrongUse { found: TokenUse::Access, .. }) => {
+            state.keys.verify(token, TokenUse::Access, None).map_err(|e| reject(&e))?
+        }
+        other => other.map_err(|e| reject(&e))?,
+    };
+    if claims.token_use == TokenUse::Order && claims.order_id != Some(order_id) {
+        return Err(unknown_order());
+    }
+    let response = state
+        .http
+        .get(format!("{}/internal/orders/{order_id}", state.config.order_service_url))
+        .send()
+        .await
+        .map_err(upstream_down)?;
+    if response.status() == StatusCode::NOT_FOUND {
+        return Err(unknown_order());
+    }
+    if !response.status().is_success() {
+        return Err(pass_on(response).await);
+    }
+    let order: UpstreamOrder = response.json().await.map_err(upstream_down)?;
+    if order.fan_id != claims.sub || order.event_id != claims.aud {
+        return Err(unknown_order());
+    }
+    Ok(axum::Json(OrderView {
+        order_id: order.order_id,
+        event_id: order.event_id,
+        status: order.status,
+        quantity: order.quantity,
+        failure_reason: order.failure_reason,
+        tickets_issued: order.tickets_issued,
+    }))
+}

@@ -1,0 +1,242 @@
+//! The waiting room: `POST /v1/events/{id}/queue` and `GET …/queue/status`.
+//!
+//! Both are one Redis round trip (a Lua script) plus token work in memory;
+//! they never touch Postgres, so the line holds however long it grows.
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use boxoffice_contract::event::now_ms;
+use boxoffice_contract::extract::{Json, Path};
+use boxoffice_contract::keys::{valid_event_id, EventKeys};
+use boxoffice_contract::token::{now_s, Claims, TokenUse};
+use boxoffice_contract::Problem;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::events::unknown_event;
+use crate::{bearer, redis_down, AppState};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/events/{event_id}/queue", post(join))
+        .route("/v1/events/{event_id}/queue/status", get(status))
+}
+
+/// Whether a fan id is acceptable: 1-64 of `[A-Za-z0-9._@+-]`.
+pub fn valid_fan_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._@+-".contains(&b))
+}
+
+/// Seconds until a waiting fan should poll again: about a quarter of the ETA,
+/// 1 s near the front, 30 s at most far back (or while paused), ±20 % jitter
+/// so fans who joined together do not poll together. `jitter` is in [0, 1).
+pub fn poll_after(eta_seconds: Option<u64>, jitter: f64) -> u64 {
+    let base = eta_seconds.map_or(30.0, |eta| (eta as f64 / 4.0).clamp(1.0, 30.0));
+    (base * (0.8 + 0.4 * jitter)).round().clamp(1.0, 30.0) as u64
+}
+
+fn eta_seconds(position: i64, rate_milli: i64) -> Option<u64> {
+    (rate_milli > 0).then(|| ((position as f64) * 1000.0 / rate_milli as f64).ceil() as u64)
+}
+
+#[derive(Debug, Deserialize)]
+pub struct JoinRequest {
+    pub fan_id: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Joined {
+    pub fan_id: String,
+    pub state: String,
+    pub position: i64,
+    pub eta_seconds: Option<u64>,
+    pub queue_ticket: String,
+}
+
+fn event_keys(state: &AppState, event_id: &str) -> Result<EventKeys, Problem> {
+    if valid_event_id(event_id) {
+        Ok(EventKeys::new(&state.config.redis_prefix, event_id))
+    } else {
+        Err(unknown_event())
+    }
+}
+
+fn sold_out() -> Problem {
+    Problem::new(StatusCode::GONE, "sold-out", "every seat is sold")
+}
+
+async fn join(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    Json(request): Json<JoinRequest>,
+) -> Result<Response, Problem> {
+    let keys = event_keys(&state, &event_id)?;
+    if !valid_fan_id(&request.fan_id) {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-fan-id",
+            "fan_id must be 1-64 characters of A-Z, a-z, 0-9 and . _ @ + -",
+        ));
+    }
+    let mut redis = state.redis.clone();
+    let (outcome, a, b, rate): (String, i64, i64, i64) = state
+        .scripts
+        .join
+        .key(keys.config())
+        .key(keys.queue())
+        .key(keys.seq())
+        .key(keys.active())
+        .key(keys.stock())
+        .arg(&request.fan_id)
+        .arg(now_ms())
+        .invoke_async(&mut redis)
+        .await
+        .map_err(redis_down)?;
+    let (status, position) = match outcome.as_str() {
+        "waiting" if b == 0 => (StatusCode::CREATED, a),
+        "waiting" => (StatusCode::OK, a),
+        "admitted" => (StatusCode::OK, 0),
+        "unknown" => return Err(unknown_event()),
+        "sold-out" => return Err(sold_out()),
+        "closed" => return Err(Problem::new(StatusCode::GONE, "closed", "the sale is closed")),
+        "not-open" => {
+            return Err(Problem::new(StatusCode::CONFLICT, "not-open", "the waiting room is not open yet")
+                .retry_after((a as u64).div_ceil(1000)))
+        }
+        "room-full" => {
+            return Err(Problem::new(StatusCode::TOO_MANY_REQUESTS, "room-full", "the waiting room is full")
+                .retry_after(30))
+        }
+        other => {
+            tracing::error!(outcome = other, "join script answered something unexpected");
+            return Err(Problem::internal());
+        }
+    };
+    let ticket = Claims::new(
+        state.keys.issuer(),
+        &event_id,
+        &request.fan_id,
+        TokenUse::Queue,
+        now_s(),
+        state.config.queue_ticket_ttl_s,
+    );
+    let eta = if position == 0 { Some(0) } else { eta_seconds(position, rate) };
+    let body = Joined {
+        fan_id: request.fan_id,
+        state: if position == 0 { "admitted" } else { "waiting" }.to_owned(),
+        position,
+        eta_seconds: eta,
+        queue_ticket: state.keys.sign(&ticket),
+    };
+    let retry = if position == 0 { 1 } else { poll_after(eta, rand::random()) };
+    Ok((status, [(header::RETRY_AFTER, retry.to_string())], axum::Json(body)).into_response())
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum QueueStatus {
+    Waiting { position: i64, eta_seconds: Option<u64> },
+    Admitted { access_token: String, expires_at: DateTime<Utc> },
+}
+
+/// The `jti` of the access token of one admission: every poll during that
+/// admission gets the same one, so the fan can buy once, not once per poll.
+pub fn admission_jti(event_id: &str, fan_id: &str, expires_ms: i64) -> String {
+    let digest = Sha256::digest(format!("{event_id}\n{fan_id}\n{expires_ms}"));
+    URL_SAFE_NO_PAD.encode(&digest[..16])
+}
+
+async fn status(State(state): State<AppState>, Path(event_id): Path<String>, headers: HeaderMap) -> Result<Response, Problem> {
+    let keys = event_keys(&state, &event_id)?;
+    let ticket = bearer(&headers)
+        .ok_or_else(|| Problem::unauthorized("invalid-ticket", "send Authorization: Bearer <queue_ticket>"))?;
+    let claims = state
+        .keys
+        .verify(ticket, TokenUse::Queue, Some(&event_id))
+        .map_err(|e| Problem::unauthorized("invalid-ticket", e.to_string()))?;
+    let now = now_ms();
+    let mut redis = state.redis.clone();
+    let (outcome, a, rate): (String, i64, i64) = state
+        .scripts
+        .status
+        .key(keys.config())
+        .key(keys.queue())
+        .key(keys.active())
+        .key(keys.stock())
+        .arg(&claims.sub)
+        .arg(now)
+        .invoke_async(&mut redis)
+        .await
+        .map_err(redis_down)?;
+    match outcome.as_str() {
+        "waiting" => {
+            let eta = eta_seconds(a, rate);
+            let retry = poll_after(eta, rand::random());
+            let body = QueueStatus::Waiting { position: a, eta_seconds: eta };
+            Ok(([(header::RETRY_AFTER, retry.to_string())], axum::Json(body)).into_response())
+        }
+        "admitted" => {
+            let mut access = Claims::new(state.keys.issuer(), &event_id, &claims.sub, TokenUse::Access, now_s(), 0);
+            access.exp = (a / 1000) as u64;
+            access.jti = admission_jti(&event_id, &claims.sub, a);
+            let body = QueueStatus::Admitted {
+                access_token: state.keys.sign(&access),
+                expires_at: DateTime::<Utc>::from_timestamp_millis(a).unwrap_or_default(),
+            };
+            Ok(axum::Json(body).into_response())
+        }
+        "sold-out" => Err(sold_out()),
+        "expired" => Err(Problem::new(StatusCode::GONE, "expired", "your admission lapsed or was used; join again")),
+        "unknown" => Err(unknown_event()),
+        other => {
+            tracing::error!(outcome = other, "status script answered something unexpected");
+            Err(Problem::internal())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_interval_grows_with_the_eta_within_bounds() {
+        assert_eq!(poll_after(Some(0), 0.5), 1);
+        assert_eq!(poll_after(Some(40), 0.5), 10);
+        assert_eq!(poll_after(Some(1_000_000), 0.99), 30);
+        assert_eq!(poll_after(None, 0.0), 24);
+        for jitter in [0.0, 0.3, 0.999] {
+            let s = poll_after(Some(60), jitter);
+            assert!((12..=18).contains(&s), "{s}");
+        }
+    }
+
+    #[test]
+    fn eta_is_position_over_rate() {
+        assert_eq!(eta_seconds(100, 20_000), Some(5));
+        assert_eq!(eta_seconds(1, 20_000), Some(1));
+        assert_eq!(eta_seconds(5, 0), None);
+    }
+
+    #[test]
+    fn fan_ids_are_checked() {
+        assert!(valid_fan_id("fan-1@example.com"));
+        for bad in ["", "a b", "<script>", &"x".repeat(65)] {
+            assert!(!valid_fan_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn one_admission_has_one_jti() {
+        assert_eq!(admission_jti("e", "f", 1), admission_jti("e", "f", 1));
+        assert_ne!(admission_jti("e", "f", 1), admission_jti("e", "f", 2));
+    }
+}

@@ -1,0 +1,20 @@
+-- Spends an access token on a purchase.
+-- KEYS: 1 jti, 2 active, 3 stock, 4 config
+-- ARGV: 1 fan id, 2 idempotency key ('' if none), 3 fresh order id, 4 ttl (s), 5 quantity
+-- Returns {outcome, order id}: fresh (buy as ARGV[3]) | replay (same idempotency
+-- key as the spend: buy as the stored order id again) | used | sold-out | too-many a=limit
+-- Guarantees: a token is spent at most once, and only for a valid quantity
+-- while seats remain; spending and leaving the active set (freeing the slot
+-- for the next fan) are one step.
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  local key, order = string.match(stored, '^(.*)|([^|]*)$')
+  if ARGV[2] ~= '' and key == ARGV[2] then return {'replay', order} end
+  return {'used', ''}
+end
+local limit = tonumber(redis.call('HGET', KEYS[4], 'per_fan_limit') or '0')
+if tonumber(ARGV[5]) > limit then return {'too-many', tostring(limit)} end
+if tonumber(redis.call('HGET', KEYS[3], 'remaining') or '1') <= 0 then return {'sold-out', ''} end
+redis.call('SET', KEYS[1], ARGV[2] .. '|' .. ARGV[3], 'EX', ARGV[4])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return {'fresh', ARGV[3]}
