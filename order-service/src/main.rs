@@ -33,7 +33,15 @@ async fn main() -> anyhow::Result<()> {
                 boxoffice_contract::shutdown::signal().await;
                 on_signal.cancel();
             });
-            tracing::info!(topic = %config.topic, group = %config.group, "ticket worker starting");
+            let listener = tokio::net::TcpListener::bind(&config.listen)
+                .await
+                .with_context(|| format!("binding {}", config.listen))?;
+            let health = order_service::worker::health_router(pool.clone());
+            let stop = cancel.clone();
+            tokio::spawn(async move {
+                axum::serve(listener, health).with_graceful_shutdown(stop.cancelled_owned()).await
+            });
+            tracing::info!(topic = %config.topic, group = %config.group, listen = %config.listen, "ticket worker starting");
             order_service::worker::run(config, pool, cancel).await
         }
     }

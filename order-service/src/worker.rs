@@ -53,6 +53,22 @@ pub enum Outcome {
     Duplicate,
 }
 
+/// `/healthz` and `/readyz` (ready while Postgres answers) of a worker process.
+pub fn health_router(pool: PgPool) -> axum::Router {
+    use axum::response::IntoResponse;
+    axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || async move {
+                match sqlx::query("SELECT 1").execute(&pool).await {
+                    Ok(_) => "ready".into_response(),
+                    Err(_) => boxoffice_contract::Problem::unavailable("not-ready", "postgres is unreachable", 1).into_response(),
+                }
+            }),
+        )
+}
+
 pub fn consumer(config: &WorkerConfig) -> anyhow::Result<StreamConsumer> {
     let consumer: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &config.kafka_brokers)

@@ -1,0 +1,249 @@
+//! A whole BoxOffice stack for one test: the order service (API, saga
+//! runners, outbox relay), a ticket worker, the admission service and the
+//! gateway, each on 127.0.0.1:0, against the real Redis, the test's own
+//! Postgres database and the real Kafka broker, with the test's own Redis
+//! key prefix, topic and consumer group.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const QUEUE_SECRET: &[u8] = b"test-queue-secret-of-32-bytes-at-least";
+
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+pub fn brokers() -> String {
+    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+pub struct Stack {
+    pub gateway: String,
+    pub admission: String,
+    pub order_service: String,
+    pub http: reqwest::Client,
+    pub pool: PgPool,
+    pub keys: KeySet,
+    pub prefix: String,
+    pub topic: String,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+}
+
+async fn listener() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    (listener, url)
+}
+
+impl Stack {
+    pub async fn start(pool_options: PgPoolOptions, connect: PgConnectOptions) -> Self {
+        boxoffice_contract::telemetry::init();
+        let pool = pool_options.max_connections(20).connect_with(connect).await.unwrap();
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let prefix = format!("t{id}");
+        let topic = format!("order-events-{id}");
+        let cancel = CancellationToken::new();
+        let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
+            .await
+            .unwrap();
+        order_service::kafka::ensure_topics(&brokers(), &[&topic], 2).await.unwrap();
+        let mut tasks = Vec::new();
+
+        let (orders_listener, order_service) = listener().await;
+        let serve_config = order_service::ServeConfig {
+            listen: String::new(),
+            database_url: String::new(),
+            db_connections: 20,
+            redis_url: redis_url(),
+            redis_prefix: prefix.clone(),
+            kafka_brokers: brokers(),
+            topic: topic.clone(),
+            partitions: 2,
+            reservation_ttl_s: 600,
+            saga_runners: 4,
+            relay: true,
+            relay_batch: 200,
+            outbox_retention_s: 86_400,
+        };
+        let state = order_service::AppState {
+            pool: pool.clone(),
+            stock: order_service::stock::StockView::new(redis.clone(), &prefix),
+            config: Arc::new(serve_config),
+            saga_wakeup: Arc::default(),
+        };
+        let stop = cancel.clone();
+        tasks.push(tokio::spawn(order_service::serve(orders_listener, state, async move { stop.cancelled().await })));
+
+        let worker_config = order_service::WorkerConfig {
+            listen: String::new(),
+            database_url: String::new(),
+            kafka_brokers: brokers(),
+            topic: topic.clone(),
+            group: format!("ticket-issuer-{id}"),
+            commit_interval_ms: 200,
+        };
+        tasks.push(tokio::spawn(order_service::worker::run(worker_config, pool.clone(), cancel.clone())));
+
+        let (admission_listener, admission) = listener().await;
+        let admission_config = admission::Config {
+            listen: String::new(),
+            redis_url: redis_url(),
+            redis_prefix: prefix.clone(),
+            admin_token: ADMIN_TOKEN.into(),
+            order_service_url: order_service.clone(),
+            tick_ms: 50,
+            lease_ms: 1_000,
+            replica: None,
+        };
+        let state = admission::AppState::new(redis.clone(), admission_config).unwrap();
+        let stop = cancel.clone();
+        tasks.push(tokio::spawn(admission::serve(admission_listener, state, async move { stop.cancelled().await })));
+
+        let keys = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], QUEUE_SECRET).unwrap();
+        let (gateway_listener, gateway) = listener().await;
+        let gateway_config = gateway::Config {
+            listen: String::new(),
+            redis_url: redis_url(),
+            redis_prefix: prefix.clone(),
+            order_service_url: order_service.clone(),
+            signing_key: String::new(),
+            verify_keys: Vec::new(),
+            queue_secret: String::new(),
+            issuer: "boxoffice".into(),
+            queue_ticket_ttl_s: 3_600,
+            order_token_ttl_s: 86_400,
+            upstream_timeout_ms: 5_000,
+        };
+        let state = gateway::AppState::new(redis, keys.clone(), gateway_config).unwrap();
+        let stop = cancel.clone();
+        tasks.push(tokio::spawn(gateway::serve(gateway_listener, state, async move { stop.cancelled().await })));
+
+        Self {
+            gateway,
+            admission,
+            order_service,
+            http: reqwest::Client::new(),
+            pool,
+            keys,
+            prefix,
+            topic,
+            cancel,
+            tasks,
+        }
+    }
+
+    /// Creates an event that is open now.
+    pub async fn create_event(&self, event_id: &str, capacity: i64, rate: f64, per_fan_limit: u32) -> Value {
+        let opens_at = chrono::Utc::now() - chrono::Duration::seconds(1);
+        let body = json!({
+            "name": format!("Test {event_id}"), "capacity": capacity, "opens_at": opens_at,
+            "admission_rate_per_s": rate, "max_active": 1000, "access_ttl_s": 120,
+            "per_fan_limit": per_fan_limit, "max_queue": 10_000, "price_cents": 4_500,
+        });
+        let response = self
+            .http
+            .put(format!("{}/admin/v1/events/{event_id}", self.admission))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED, "{:?}", response.text().await);
+        response.json().await.unwrap()
+    }
+
+    pub async fn join(&self, event_id: &str, fan_id: &str) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .post(format!("{}/v1/events/{event_id}/queue", self.gateway))
+            .json(&json!({ "fan_id": fan_id }))
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.json().await.unwrap())
+    }
+
+    /// Polls the status until admitted (ignoring Retry-After: tests are impatient); returns the access token.
+    pub async fn wait_admitted(&self, event_id: &str, ticket: &str) -> String {
+        for _ in 0..300 {
+            let response = self
+                .http
+                .get(format!("{}/v1/events/{event_id}/queue/status", self.gateway))
+                .bearer_auth(ticket)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let body: Value = response.json().await.unwrap();
+            if body["state"] == "admitted" {
+                return body["access_token"].as_str().unwrap().to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("not admitted within 30 s");
+    }
+
+    pub async fn buy(&self, event_id: &str, access_token: &str, quantity: i64, key: Option<&str>) -> (StatusCode, Value) {
+        let mut request = self
+            .http
+            .post(format!("{}/v1/events/{event_id}/orders", self.gateway))
+            .bearer_auth(access_token)
+            .json(&json!({ "quantity": quantity }));
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let response = request.send().await.unwrap();
+        (response.status(), response.json().await.unwrap())
+    }
+
+    pub async fn order(&self, order_id: &str, token: &str) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .get(format!("{}/v1/orders/{order_id}", self.gateway))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.json().await.unwrap())
+    }
+
+    /// Waits (up to 90 s: group joins on the broker are slow) until the order
+    /// is confirmed with all its tickets.
+    pub async fn wait_ticketed(&self, order_id: &str, token: &str) -> Value {
+        for _ in 0..900 {
+            let (status, body) = self.order(order_id, token).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            if body["status"] == "confirmed" && body["tickets_issued"] == body["quantity"] {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("order {order_id} not ticketed within 90 s");
+    }
+
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        for task in self.tasks {
+            task.await.unwrap().unwrap();
+        }
+        let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
+            .await
+            .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}:*", self.prefix)).query_async(&mut redis).await.unwrap();
+        if !keys.is_empty() {
+            let _: () = redis::cmd("DEL").arg(keys).query_async(&mut redis).await.unwrap();
+        }
+    }
+}

@@ -1,0 +1,60 @@
+# Helpers shared by scripts/up.sh and scripts/test.sh. Source it; do not run it.
+# Each helper checks before it acts, so running it twice is harmless.
+
+export PATH="$HOME/.cargo/bin:$PATH"
+TANSU_VERSION=0.6.0
+KAFKA_PORT=${KAFKA_PORT:-9092}
+
+say() { printf '==> %s\n' "$*"; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # port seconds name
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do port_open "$1" && return 0; sleep 0.1; done
+  echo "$3 did not come up on port $1 within $2 s" >&2
+  return 1
+}
+
+ensure_redis() {
+  if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then return; fi
+  say "starting Redis"
+  command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server; }
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/boxoffice.log
+  wait_port 6379 10 Redis
+}
+
+ensure_postgres() {
+  if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then return; fi
+  say "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+  wait_port 5432 20 PostgreSQL
+}
+
+ensure_tansu() {
+  command -v tansu >/dev/null && return
+  say "installing the Kafka-protocol broker tansu $TANSU_VERSION (once per machine; the first build takes about 10 minutes)"
+  cargo install tansu --version "$TANSU_VERSION" --locked --features libsql
+}
+
+# start_kafka DATA_DIR: starts tansu with SQLite storage in DATA_DIR unless a
+# broker already answers on KAFKA_PORT. Sets KAFKA_PID when it started one.
+start_kafka() {
+  KAFKA_PID=
+  if port_open "$KAFKA_PORT"; then
+    say "a Kafka broker already listens on 127.0.0.1:$KAFKA_PORT; using it"
+    return
+  fi
+  ensure_tansu
+  mkdir -p "$1"
+  say "starting tansu on 127.0.0.1:$KAFKA_PORT (data in $1)"
+  (cd "$1" && exec tansu broker --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+    --storage-engine sqlite://tansu.db >tansu.log 2>&1) &
+  KAFKA_PID=$!
+  wait_port "$KAFKA_PORT" 30 tansu
+}
+
+stop_pid() { [ -n "${1:-}" ] && kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }

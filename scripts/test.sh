@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs the whole BoxOffice test suite against real Redis, PostgreSQL and a
+# Kafka-protocol broker, starting whichever of them is not running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ensure_redis
+ensure_postgres
+start_kafka .run/test-kafka
+trap 'stop_pid "$KAFKA_PID"' EXIT
+
+export REDIS_URL=redis://127.0.0.1:6379
+export DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
+export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+say "running the tests"
+cargo test --workspace --locked "$@"
