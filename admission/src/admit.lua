@@ -49,7 +49,8 @@ end
 local admitted = 0
 if n > 0 then
   local popped = redis.call('ZPOPMIN', KEYS[2], n)
-  local expires = now + ttl_ms
+  -- Formatted by hand: Lua would print a large number as %.14g and lose digits.
+  local expires = string.format('%.0f', now + ttl_ms)
   for i = 1, #popped, 2 do
     redis.call('ZADD', KEYS[3], expires, popped[i])
     admitted = admitted + 1

@@ -155,6 +155,7 @@ impl EventSpec {
             price_cents: self.price_cents,
             paused: false,
             closed: false,
+            shuffle_seed: boxoffice_contract::event::new_seed(),
         })
     }
 }
@@ -206,7 +207,7 @@ async fn put_event(
     Json(spec): Json<EventSpec>,
 ) -> Result<Response, Problem> {
     event_path(&event_id)?;
-    let config = spec.validate()?;
+    let mut config = spec.validate()?;
     // Inventory first: Postgres is the truth, and it refuses a capacity below what is sold.
     let url = format!("{}/internal/events/{event_id}", state.config.order_service_url);
     let body = serde_json::json!({ "name": config.name, "capacity": config.capacity, "price_cents": config.price_cents });
@@ -222,7 +223,12 @@ async fn put_event(
     }
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
-    let existed: bool = redis.exists(keys.config()).await.map_err(redis_down)?;
+    // A replaced event keeps its shuffle seed: its commitment may already be public.
+    let seed: Option<String> = redis.hget(keys.config(), "seed").await.map_err(redis_down)?;
+    let existed = seed.is_some();
+    if let Some(seed) = seed.filter(|s| !s.is_empty()) {
+        config.shuffle_seed = seed;
+    }
     let mut pipe = redis::pipe();
     pipe.atomic()
         .del(keys.config())

@@ -42,6 +42,7 @@ impl Room {
             price_cents: 100,
             paused: false,
             closed: false,
+            shuffle_seed: "seed".into(),
         };
         let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
         let _: () = redis.hset_multiple(keys.stock(), &[("remaining", 1000), ("version", 1)]).await.unwrap();

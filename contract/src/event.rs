@@ -31,6 +31,37 @@ pub struct EventConfig {
     pub price_cents: i64,
     pub paused: bool,
     pub closed: bool,
+    /// Secret until `opens_at`, then published: orders the prequeue (see [`prequeue_score`]).
+    pub shuffle_seed: String,
+}
+
+/// Scores at or above this are FIFO arrivals (`FIFO_BASE + join sequence`);
+/// below it are prequeue fans, so every prequeue fan is ahead of every later one.
+pub const FIFO_BASE: u64 = 1 << 48;
+
+/// The place of a prequeue fan: the first 48 bits of SHA-1(`seed:fan_id`),
+/// lower first (ties, vanishingly rare, go by fan id, as Redis orders them).
+/// `join.lua` computes the same with `redis.sha1hex`; anyone holding the
+/// published seed and the fan ids can recompute the order.
+pub fn prequeue_score(seed: &str, fan_id: &str) -> u64 {
+    use sha1::Digest;
+    let digest = sha1::Sha1::digest(format!("{seed}:{fan_id}"));
+    digest[..6].iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
+}
+
+/// The commitment published before the prequeue opens: hex SHA-256 of the seed.
+pub fn seed_commitment(seed: &str) -> String {
+    use sha2::Digest;
+    hex(&sha2::Sha256::digest(seed.as_bytes()))
+}
+
+/// A fresh shuffle seed: 32 random bytes, hex.
+pub fn new_seed() -> String {
+    hex(&rand::random::<[u8; 32]>())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl EventConfig {
@@ -49,6 +80,7 @@ impl EventConfig {
             ("price_cents", self.price_cents.to_string()),
             ("paused", u8::from(self.paused).to_string()),
             ("state", if self.closed { "closed" } else { "" }.to_owned()),
+            ("seed", self.shuffle_seed.clone()),
         ]
     }
 
@@ -68,6 +100,7 @@ impl EventConfig {
             price_cents: num("price_cents").unwrap_or(0.0) as i64,
             paused: fields.get("paused").is_some_and(|v| v == "1"),
             closed: fields.get("state").is_some_and(|v| v == "closed"),
+            shuffle_seed: fields.get("seed").cloned().unwrap_or_default(),
         })
     }
 
@@ -112,6 +145,7 @@ mod tests {
             price_cents: 5000,
             paused: false,
             closed: false,
+            shuffle_seed: "00ff".into(),
         }
     }
 
@@ -120,6 +154,22 @@ mod tests {
         let fields = config().to_fields().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
         assert_eq!(EventConfig::from_fields(&fields), Some(config()));
         assert_eq!(EventConfig::from_fields(&HashMap::new()), None);
+    }
+
+    #[test]
+    fn prequeue_scores_are_below_fifo_and_follow_the_seed() {
+        let a = prequeue_score("seed-1", "fan-a");
+        assert!(a < FIFO_BASE);
+        assert_eq!(a, prequeue_score("seed-1", "fan-a"));
+        assert_ne!(a, prequeue_score("seed-2", "fan-a"));
+        // SHA-1("a:bc") starts 2d8be7b50c25.
+        assert_eq!(prequeue_score("a", "bc"), 0x2d8b_e7b5_0c25);
+    }
+
+    #[test]
+    fn the_commitment_is_sha256_of_the_seed() {
+        assert_eq!(seed_commitment("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(new_seed().len(), 64);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use boxoffice_contract::event::{now_ms, EventConfig, EventState};
+use boxoffice_contract::event::{now_ms, seed_commitment, EventConfig, EventState};
 use boxoffice_contract::extract::Path;
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
 use boxoffice_contract::Problem;
@@ -36,6 +36,11 @@ pub struct EventInfo {
     /// The edge view of seats left; Postgres has the exact figure.
     pub remaining_hint: Option<i64>,
     pub queue_length: u64,
+    /// Hex SHA-256 of the seed that orders the prequeue, published from the start.
+    pub shuffle_commitment: String,
+    /// The seed itself, published once the event opens, so anyone can
+    /// recompute the prequeue order and check it against the commitment.
+    pub shuffle_seed: Option<String>,
 }
 
 async fn get_event(State(state): State<AppState>, Path(event_id): Path<String>) -> Result<axum::Json<EventInfo>, Problem> {
@@ -52,9 +57,12 @@ async fn get_event(State(state): State<AppState>, Path(event_id): Path<String>) 
         .await
         .map_err(redis_down)?;
     let config = EventConfig::from_fields(&fields).ok_or_else(unknown_event)?;
+    let now = now_ms();
     Ok(axum::Json(EventInfo {
         event_id,
-        state: config.state(now_ms(), remaining),
+        state: config.state(now, remaining),
+        shuffle_commitment: seed_commitment(&config.shuffle_seed),
+        shuffle_seed: (now >= config.opens_at_ms).then(|| config.shuffle_seed.clone()),
         opens_at: DateTime::<Utc>::from_timestamp_millis(config.opens_at_ms).unwrap_or_default(),
         name: config.name,
         remaining_hint: remaining,

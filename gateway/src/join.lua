@@ -5,7 +5,11 @@
 --   not-open a=ms until joining opens | unknown | closed | sold-out | room-full
 -- Guarantees: a fan is queued at most once and a repeat join keeps the first
 -- place; the queue never grows past max_queue; nobody joins a sold-out event.
-local cfg = redis.call('HMGET', KEYS[1], 'prequeue_at_ms', 'max_queue', 'state', 'rate', 'paused')
+-- Order: before opens_at (prequeue) a fan's score is the first 48 bits of
+-- SHA-1(seed:fan), a random order fixed by the seed whose SHA-256 was
+-- published in advance; from opens_at, 2^48 + join sequence, strictly FIFO
+-- behind every prequeue fan.
+local cfg = redis.call('HMGET', KEYS[1], 'prequeue_at_ms', 'max_queue', 'state', 'rate', 'paused', 'opens_at_ms', 'seed')
 if not cfg[1] then return {'unknown', 0, 0, 0} end
 if cfg[3] == 'closed' then return {'closed', 0, 0, 0} end
 if tonumber(redis.call('HGET', KEYS[5], 'remaining') or '1') <= 0 then return {'sold-out', 0, 0, 0} end
@@ -18,5 +22,12 @@ if rank then return {'waiting', rank + 1, 1, rate} end
 local expiry = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0')
 if expiry > now then return {'admitted', expiry, 1, rate} end
 if redis.call('ZCARD', KEYS[2]) >= tonumber(cfg[2]) then return {'room-full', 0, 0, rate} end
-redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[1])
-return {'waiting', redis.call('ZCARD', KEYS[2]), 0, rate}
+local score
+if now < tonumber(cfg[6]) then
+  score = tonumber(string.sub(redis.sha1hex(cfg[7] .. ':' .. ARGV[1]), 1, 12), 16)
+else
+  score = 281474976710656 + redis.call('INCR', KEYS[3])
+end
+-- Formatted by hand: Lua would print a large number as %.14g and lose digits.
+redis.call('ZADD', KEYS[2], string.format('%.0f', score), ARGV[1])
+return {'waiting', redis.call('ZRANK', KEYS[2], ARGV[1]) + 1, 0, rate}
