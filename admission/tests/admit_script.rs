@@ -165,3 +165,25 @@ async fn nothing_is_admitted_when_paused_closed_sold_out_or_not_yet_open() {
     assert!(run(&admitter, T0 + 4_000, 5).await > 0, "admits again once open with seats");
     room.cleanup().await;
 }
+
+#[tokio::test]
+async fn twenty_per_second_for_five_seconds_is_one_hundred_and_never_over_the_cap() {
+    let room = Room::new(20.0, 60, 1_000).await;
+    let admitter = room.admitter("a");
+    let mut total = 0;
+    for i in 0..=50 {
+        match admitter.tick_event("ev", T0 + i * 100).await.unwrap() {
+            Tick::Led { admitted, active } => {
+                total += admitted;
+                assert!(active <= 60, "active {active} over max_active");
+            }
+            Tick::Follower => panic!("sole replica must lead"),
+        }
+    }
+    // 20/s × 5 s, but max_active 60 caps it (nobody buys or lapses here).
+    assert_eq!(total, 60);
+    room.cleanup().await;
+    let room = Room::new(20.0, 1_000, 1_000).await;
+    assert_eq!(run(&room.admitter("a"), T0, 50).await, 100);
+    room.cleanup().await;
+}

@@ -1,0 +1,138 @@
+//! Two admission replicas on one event, with real clocks and real loops:
+//! the rate is not doubled, and when the leader dies the standby takes over
+//! within a lease period. Also: PATCH through the admin API takes effect on
+//! the next tick.
+
+use std::time::{Duration, Instant};
+
+use admission::admitter::Admitter;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use boxoffice_contract::event::{now_ms, EventConfig};
+use boxoffice_contract::keys::{events_key, EventKeys};
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+const LEASE: Duration = Duration::from_millis(1_000);
+const TICK: Duration = Duration::from_millis(100);
+
+async fn setup(rate: f64, fans: usize) -> (ConnectionManager, String, EventKeys) {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let mut redis = ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap();
+    let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
+    let keys = EventKeys::new(&prefix, "ev");
+    let config = EventConfig {
+        name: "Lead".into(),
+        capacity: 100_000,
+        prequeue_at_ms: 0,
+        opens_at_ms: 0,
+        admission_rate_per_s: rate,
+        max_active: 100_000,
+        access_ttl_s: 600,
+        per_fan_limit: 4,
+        max_queue: 1_000_000,
+        price_cents: 0,
+        paused: false,
+        closed: false,
+        shuffle_seed: "seed".into(),
+    };
+    let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
+    let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
+    let members: Vec<(i64, String)> = (0..fans).map(|i| (i as i64, format!("fan-{i}"))).collect();
+    let _: () = redis.zadd_multiple(keys.queue(), &members).await.unwrap();
+    (redis, prefix, keys)
+}
+
+async fn admitted(redis: &mut ConnectionManager, keys: &EventKeys) -> u64 {
+    let total: Option<u64> = redis.hget(keys.admit(), "admitted_total").await.unwrap();
+    total.unwrap_or(0)
+}
+
+async fn cleanup(mut redis: ConnectionManager, prefix: &str) {
+    let keys: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
+    let _: () = redis.del(keys).await.unwrap();
+}
+
+#[tokio::test]
+async fn two_replicas_admit_at_one_rate_and_the_standby_takes_over() {
+    let (mut redis, prefix, keys) = setup(20.0, 10_000).await;
+    let cancel = CancellationToken::new();
+    let spawn = |name: &str| {
+        let admitter = Admitter::new(redis.clone(), &prefix, name, LEASE, TICK);
+        tokio::spawn(admitter.run(cancel.clone()))
+    };
+    let (a, b) = (spawn("a"), spawn("b"));
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = admitted(&mut redis, &keys).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let in_two_seconds = admitted(&mut redis, &keys).await - start;
+    // 20/s for 2 s is 40; a doubled rate would be 80. Allow a tick of jitter either side.
+    assert!((36..=44).contains(&in_two_seconds), "{in_two_seconds} admitted in 2 s at 20/s by two replicas");
+
+    // Kill the leader without letting it release its lease.
+    let leader: String = redis.get(keys.lease()).await.unwrap();
+    match leader.as_str() {
+        "a" => a.abort(),
+        _ => b.abort(),
+    }
+    let died = Instant::now();
+    let at_death = admitted(&mut redis, &keys).await;
+    while admitted(&mut redis, &keys).await == at_death {
+        assert!(died.elapsed() < LEASE + 4 * TICK, "no takeover within a lease period");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took_over: String = redis.get(keys.lease()).await.unwrap();
+    assert_ne!(took_over, leader);
+    println!("takeover after {:?} (lease {LEASE:?})", died.elapsed());
+    cancel.cancel();
+    cleanup(redis, &prefix).await;
+}
+
+#[tokio::test]
+async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission() {
+    let (mut redis, prefix, keys) = setup(10.0, 10_000).await;
+    let config = admission::Config {
+        listen: String::new(),
+        redis_url: String::new(),
+        redis_prefix: prefix.clone(),
+        admin_token: "admin".into(),
+        order_service_url: "http://127.0.0.1:9".into(),
+        tick_ms: 100,
+        lease_ms: 1_000,
+        replica: None,
+    };
+    let app = admission::api::router(admission::AppState::new(redis.clone(), config).unwrap());
+    let patch = |body: &'static str| {
+        Request::patch("/admin/v1/events/ev")
+            .header("authorization", "Bearer admin")
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let admitter = Admitter::new(redis.clone(), &prefix, "a", LEASE, TICK);
+    let t0 = now_ms();
+    admitter.tick_event("ev", t0).await.unwrap();
+    admitter.tick_event("ev", t0 + 100).await.unwrap();
+    assert_eq!(admitted(&mut redis, &keys).await, 1, "10/s is one per tick");
+
+    let response = app.clone().oneshot(patch(r#"{"admission_rate_per_s": 100}"#)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    admitter.tick_event("ev", t0 + 200).await.unwrap();
+    assert_eq!(admitted(&mut redis, &keys).await, 11, "the very next tick admits at 100/s");
+
+    let response = app.clone().oneshot(patch(r#"{"paused": true}"#)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    for i in 3..10 {
+        admitter.tick_event("ev", t0 + i * 100).await.unwrap();
+    }
+    assert_eq!(admitted(&mut redis, &keys).await, 11, "paused: nobody admitted");
+
+    let response = app.clone().oneshot(patch(r#"{"state": "open"}"#)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    admitter.tick_event("ev", t0 + 1_000).await.unwrap();
+    assert_eq!(admitted(&mut redis, &keys).await, 21, "resumed");
+    cleanup(redis, &prefix).await;
+}
