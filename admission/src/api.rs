@@ -5,10 +5,13 @@
 //! | `PUT /admin/v1/events/{id}` | create or replace an event (Postgres inventory via the order service, then Redis) |
 //! | `PATCH /admin/v1/events/{id}` | tune rate, cap, pause or close; the next tick applies it |
 //! | `GET /admin/v1/events/{id}` | settings and live stats |
+//! | `GET /admin/v1/capacity?…` | Little's law: workers, partitions, spike backlog and drain time |
 
 use std::collections::HashMap;
 
-use axum::extract::{Request, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, Request, State};
+use boxoffice_contract::capacity::{self, Demand, Plan};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -30,6 +33,7 @@ pub fn router(state: AppState) -> Router {
             "/admin/v1/events/{event_id}",
             get(get_event).put(put_event).patch(patch_event),
         )
+        .route("/admin/v1/capacity", get(capacity))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -342,6 +346,15 @@ async fn seats(state: &AppState, event_id: &str) -> Option<Seats> {
         return None;
     }
     response.json().await.ok()
+}
+
+/// `GET /admin/v1/capacity?arrival_rate=…&service_time_ms=…[&utilization=0.7]
+/// [&per_partition_rate=1000][&per_consumer_rate=…][&spike_rate=…&spike_s=…]`
+async fn capacity(query: Result<Query<Demand>, QueryRejection>) -> Result<axum::Json<Plan>, Problem> {
+    let Query(demand) = query.map_err(|e| Problem::bad_request(e.body_text()))?;
+    capacity::plan(&demand)
+        .map(axum::Json)
+        .map_err(|e| invalid(e.field, e.rule))
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

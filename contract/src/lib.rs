@@ -1,5 +1,6 @@
 //! What the BoxOffice services must agree on, and nothing else.
 //!
+//! - [`capacity`]: Little's law for sizing workers and partitions.
 //! - [`token`]: the JWT claims every service reads (queue tickets, access
 //!   tokens, order tokens), the key set that signs and verifies them, and JWKS.
 //! - [`problem`]: RFC 9457 problem documents, the only error body any service returns.
@@ -11,6 +12,7 @@
 //! - [`telemetry`]: one tracing setup for every binary.
 #![forbid(unsafe_code)]
 
+pub mod capacity;
 pub mod envelope;
 pub mod event;
 pub mod extract;
