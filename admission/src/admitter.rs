@@ -10,6 +10,16 @@ use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use tokio_util::sync::CancellationToken;
 
+/// What every replica sees of an event after a tick: exported as metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gauges {
+    pub active: u64,
+    pub queue_length: u64,
+    pub admitted_total: u64,
+    /// The rate in force: 0 while paused, closed, sold out or not yet open.
+    pub rate: f64,
+}
+
 /// What one tick did for one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tick {
@@ -28,6 +38,18 @@ pub struct Admitter {
     tick: Duration,
 }
 
+/// Every replica reads the same Redis, so all export the counts; only the
+/// leader knows the rate in force.
+fn export(event: &str, gauges: &Gauges, leader: bool) {
+    let label = [("event", event.to_owned())];
+    metrics::gauge!("boxoffice_queue_length", &label).set(gauges.queue_length as f64);
+    metrics::gauge!("boxoffice_active", &label).set(gauges.active as f64);
+    if leader {
+        metrics::gauge!("boxoffice_admission_rate", &label).set(gauges.rate);
+    }
+    metrics::counter!("boxoffice_admitted_total", &label).absolute(gauges.admitted_total);
+}
+
 impl Admitter {
     pub fn new(redis: ConnectionManager, prefix: &str, replica: &str, lease: Duration, tick: Duration) -> Self {
         Self {
@@ -42,11 +64,16 @@ impl Admitter {
 
     /// One tick of one event at `now_ms` (a parameter so tests control the clock).
     pub async fn tick_event(&self, event_id: &str, now_ms: i64) -> redis::RedisResult<Tick> {
+        Ok(self.tick_with_gauges(event_id, now_ms).await?.0)
+    }
+
+    /// One tick, and the event's gauges after it.
+    pub async fn tick_with_gauges(&self, event_id: &str, now_ms: i64) -> redis::RedisResult<(Tick, Gauges)> {
         let keys = EventKeys::new(&self.prefix, event_id);
         let mut redis = self.redis.clone();
         // A late tick may count up to two ticks' time; more would burst after a stall.
         let longest = 2 * self.tick.as_millis() as u64;
-        let (admitted, active): (i64, i64) = self
+        let (admitted, active, queue_length, admitted_total, rate_milli): (i64, u64, u64, u64, i64) = self
             .script
             .key(keys.config())
             .key(keys.queue())
@@ -54,26 +81,30 @@ impl Admitter {
             .key(keys.admit())
             .key(keys.lease())
             .key(keys.stock())
+            .key(keys.admits())
             .arg(&self.replica)
             .arg(now_ms)
             .arg(self.lease.as_millis() as u64)
             .arg(longest)
             .invoke_async(&mut redis)
             .await?;
-        Ok(if admitted < 0 {
+        let tick = if admitted < 0 {
             Tick::Follower
         } else {
-            Tick::Led { admitted: admitted as u64, active: active as u64 }
-        })
+            Tick::Led { admitted: admitted as u64, active }
+        };
+        let gauges = Gauges { active, queue_length, admitted_total, rate: rate_milli as f64 / 1000.0 };
+        Ok((tick, gauges))
     }
 
-    /// One tick of every event at `now_ms`.
+    /// One tick of every event at `now_ms`, exporting each event's gauges.
     pub async fn tick_all(&self, now_ms: i64) -> redis::RedisResult<Vec<(String, Tick)>> {
         let mut redis = self.redis.clone();
         let events: Vec<String> = redis.smembers(events_key(&self.prefix)).await?;
         let mut results = Vec::with_capacity(events.len());
         for event in events {
-            let tick = self.tick_event(&event, now_ms).await?;
+            let (tick, gauges) = self.tick_with_gauges(&event, now_ms).await?;
+            export(&event, &gauges, matches!(tick, Tick::Led { .. }));
             results.push((event, tick));
         }
         Ok(results)

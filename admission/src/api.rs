@@ -17,7 +17,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use boxoffice_contract::event::{now_ms, EventConfig, EventState};
+use boxoffice_contract::event::{now_ms, EventConfig, EventState, FIFO_BASE};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{events_key, valid_event_id, EventKeys};
 use boxoffice_contract::Problem;
@@ -36,6 +36,7 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/v1/capacity", get(capacity))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(boxoffice_contract::telemetry::metrics_endpoint))
         .route("/readyz", get(readyz))
         .with_state(state)
 }
@@ -200,6 +201,10 @@ pub struct EventView {
     pub queue_length: u64,
     pub active: u64,
     pub admitted_total: u64,
+    /// Fans admitted per second over the last minute (or since the first sample).
+    pub admit_rate_1m: f64,
+    /// How long the fan at the head of the line has waited, to about a second.
+    pub oldest_wait_s: f64,
     /// `null` when the order service cannot be reached.
     pub sold: Option<i64>,
     pub remaining: Option<i64>,
@@ -305,15 +310,42 @@ async fn view(state: &AppState, event_id: &str) -> Result<EventView, Problem> {
     let keys = EventKeys::new(&state.config.redis_prefix, event_id);
     let mut redis = state.redis.clone();
     let now = now_ms();
-    let (fields, queue_length, active, admitted_total): (HashMap<String, String>, u64, u64, Option<u64>) = redis::pipe()
+    #[allow(clippy::type_complexity)]
+    let (fields, queue_length, active, admitted_total, samples, head): (
+        HashMap<String, String>,
+        u64,
+        u64,
+        Option<u64>,
+        Vec<String>,
+        Vec<(String, f64)>,
+    ) = redis::pipe()
         .hgetall(keys.config())
         .zcard(keys.queue())
         .zcount(keys.active(), now, "+inf")
         .hget(keys.admit(), "admitted_total")
+        .lrange(keys.admits(), 0, -1)
+        .zrange_withscores(keys.queue(), 0, 0)
         .query_async(&mut redis)
         .await
         .map_err(redis_down)?;
     let config = EventConfig::from_fields(&fields).ok_or_else(|| Problem::not_found("unknown-event", "no such event"))?;
+    let oldest_wait_s = match head.first() {
+        None => 0.0,
+        Some((_, score)) if *score < FIFO_BASE as f64 => (now - config.prequeue_at_ms).max(0) as f64 / 1000.0,
+        Some((_, score)) => {
+            let seq = *score as u64 - FIFO_BASE;
+            // The newest sample at or before the head's sequence: when the line reached it.
+            let joined: Vec<String> = redis
+                .zrevrangebyscore_limit(keys.joins(), seq, "-inf", 0, 1)
+                .await
+                .map_err(redis_down)?;
+            joined
+                .first()
+                .and_then(|s| s.split_once(':'))
+                .and_then(|(_, t)| t.parse::<i64>().ok())
+                .map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0)
+        }
+    };
     let seats = seats(state, event_id).await;
     let remaining = seats.map(|s| s.remaining);
     let ms = |t: i64| DateTime::<Utc>::from_timestamp_millis(t).unwrap_or_default();
@@ -334,9 +366,23 @@ async fn view(state: &AppState, event_id: &str) -> Result<EventView, Problem> {
         queue_length,
         active,
         admitted_total: admitted_total.unwrap_or(0),
+        admit_rate_1m: rate_over(&samples),
+        oldest_wait_s,
         sold: seats.map(|s| s.sold),
         remaining,
     })
+}
+
+/// Admissions per second between the newest and the oldest `time:total` sample.
+pub fn rate_over(samples: &[String]) -> f64 {
+    let parse = |s: &String| -> Option<(f64, f64)> {
+        let (t, n) = s.split_once(':')?;
+        Some((t.parse().ok()?, n.parse().ok()?))
+    };
+    match (samples.first().and_then(parse), samples.last().and_then(parse)) {
+        (Some((t1, n1)), Some((t0, n0))) if t1 > t0 => (n1 - n0) / ((t1 - t0) / 1000.0),
+        _ => 0.0,
+    }
 }
 
 async fn seats(state: &AppState, event_id: &str) -> Option<Seats> {
@@ -394,6 +440,14 @@ mod tests {
         let mut bad = spec();
         bad.per_fan_limit = 0;
         assert_eq!(bad.validate().unwrap_err().status, 422);
+    }
+
+    #[test]
+    fn the_admission_rate_comes_from_the_oldest_and_newest_samples() {
+        let samples: Vec<String> = ["61000:130", "31000:70", "1000:10"].iter().map(|s| s.to_string()).collect();
+        assert!((rate_over(&samples) - 2.0).abs() < 1e-9);
+        assert_eq!(rate_over(&samples[..1]), 0.0);
+        assert_eq!(rate_over(&[]), 0.0);
     }
 
     #[test]

@@ -5,31 +5,105 @@ use axum::http::{Request, StatusCode};
 use serde_json::Value;
 use tower::ServiceExt;
 
-async fn app() -> axum::Router {
+async fn redis() -> redis::aio::ConnectionManager {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let redis = redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap();
+    redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap()
+}
+
+async fn app() -> axum::Router {
+    app_with_prefix(&format!("t{}", uuid::Uuid::new_v4().simple())).await
+}
+
+async fn app_with_prefix(prefix: &str) -> axum::Router {
     let config = admission::Config {
         listen: String::new(),
         redis_url: String::new(),
-        redis_prefix: format!("t{}", uuid::Uuid::new_v4().simple()),
+        redis_prefix: prefix.to_owned(),
         admin_token: "admin".into(),
         order_service_url: "http://127.0.0.1:9".into(),
         tick_ms: 100,
         lease_ms: 1_000,
         replica: None,
     };
-    admission::api::router(admission::AppState::new(redis, config).unwrap())
+    admission::api::router(admission::AppState::new(redis().await, config).unwrap())
 }
 
-async fn get(uri: &str, token: Option<&str>) -> (StatusCode, Value) {
+async fn call(app: axum::Router, uri: &str, token: Option<&str>) -> (StatusCode, Vec<u8>) {
     let mut request = Request::get(uri);
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
     }
-    let response = app().await.oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
+    let response = app.oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
     let status = response.status();
-    let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+    (status, axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap().to_vec())
+}
+
+async fn get(uri: &str, token: Option<&str>) -> (StatusCode, Value) {
+    let (status, body) = call(app().await, uri, token).await;
     (status, serde_json::from_slice(&body).unwrap())
+}
+
+#[tokio::test]
+async fn ops_see_live_stats_and_prometheus_metrics() {
+    use boxoffice_contract::event::{now_ms, EventConfig, FIFO_BASE};
+    use boxoffice_contract::keys::{events_key, EventKeys};
+    use redis::AsyncCommands;
+
+    let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
+    let event = format!("m-{}", uuid::Uuid::new_v4().simple());
+    let keys = EventKeys::new(&prefix, &event);
+    let mut redis = redis().await;
+    let now = now_ms();
+    let config = EventConfig {
+        name: "Stats".into(),
+        capacity: 1_000,
+        prequeue_at_ms: 0,
+        opens_at_ms: 0,
+        admission_rate_per_s: 10.0,
+        max_active: 1_000,
+        access_ttl_s: 600,
+        per_fan_limit: 4,
+        max_queue: 1_000,
+        price_cents: 0,
+        paused: false,
+        closed: false,
+        shuffle_seed: "seed".into(),
+    };
+    let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
+    let _: () = redis.sadd(events_key(&prefix), &event).await.unwrap();
+    let fans: Vec<(u64, String)> = (1..=100).map(|i| (FIFO_BASE + i, format!("fan-{i}"))).collect();
+    let _: () = redis.zadd_multiple(keys.queue(), &fans).await.unwrap();
+    // As join.lua records it: the line reached sequence 1 five seconds ago.
+    let _: () = redis.zadd(keys.joins(), format!("1:{}", now - 5_000), 1).await.unwrap();
+
+    let app = app_with_prefix(&prefix).await;
+    boxoffice_contract::telemetry::prometheus();
+    let admitter = admission::admitter::Admitter::new(redis.clone(), &prefix, "a", std::time::Duration::from_secs(1), std::time::Duration::from_millis(100));
+    for tick in 0..=30 {
+        admitter.tick_all(now + tick * 100).await.unwrap();
+    }
+
+    let (status, body) = call(app.clone(), &format!("/admin/v1/events/{event}"), Some("admin")).await;
+    assert_eq!(status, StatusCode::OK);
+    let view: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((view["admitted_total"].as_u64(), view["queue_length"].as_u64()), (Some(30), Some(70)));
+    assert_eq!(view["admit_rate_1m"], 10.0, "30 fans in 3 s");
+    let waited = view["oldest_wait_s"].as_f64().unwrap();
+    assert!((5.0..60.0).contains(&waited), "{waited}");
+
+    let (status, body) = call(app, "/metrics", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = String::from_utf8(body).unwrap();
+    for line in [
+        format!("boxoffice_queue_length{{event=\"{event}\"}} 70"),
+        format!("boxoffice_active{{event=\"{event}\"}} 30"),
+        format!("boxoffice_admitted_total{{event=\"{event}\"}} 30"),
+        format!("boxoffice_admission_rate{{event=\"{event}\"}} 10"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+    }
+    let keys: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
+    let _: () = redis.del(keys).await.unwrap();
 }
 
 #[tokio::test]

@@ -9,6 +9,8 @@
 //! | `P:{E}:seq` | string | the join sequence counter |
 //! | `P:{E}:active` | sorted set | admitted fans, score = admission expiry (ms) |
 //! | `P:{E}:admit` | hash | admission state: carried fraction, last tick, admitted total |
+//! | `P:{E}:admits` | list | (time, admitted total) once a second, newest first: the admission rate over the last minute |
+//! | `P:{E}:joins` | sorted set | (join sequence → time) once a second: how long the head of the line has waited |
 //! | `P:{E}:lease` | string | id of the admission replica leading this event |
 //! | `P:{E}:stock` | hash | edge view of remaining seats and its version |
 //! | `P:{E}:jti:ID` | string | a spent access token (value: idempotency key and order id) |
@@ -44,6 +46,12 @@ impl EventKeys {
     }
     pub fn admit(&self) -> String {
         self.key("admit")
+    }
+    pub fn admits(&self) -> String {
+        self.key("admits")
+    }
+    pub fn joins(&self) -> String {
+        self.key("joins")
     }
     pub fn lease(&self) -> String {
         self.key("lease")
@@ -107,7 +115,7 @@ mod tests {
     fn every_key_a_script_touches_shares_one_slot() {
         for event in ["rock-2026", "a", "Z_9"] {
             let keys = EventKeys::new("bo", event);
-            let all = [keys.config(), keys.queue(), keys.seq(), keys.active(), keys.admit(), keys.lease(), keys.stock(), keys.jti("x")];
+            let all = [keys.config(), keys.queue(), keys.seq(), keys.active(), keys.admit(), keys.admits(), keys.joins(), keys.lease(), keys.stock(), keys.jti("x")];
             let slot = cluster_slot(&all[0]);
             for key in &all {
                 assert_eq!(cluster_slot(key), slot, "{key}");

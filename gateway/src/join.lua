@@ -1,5 +1,5 @@
 -- Puts a fan in the waiting room.
--- KEYS: 1 config, 2 queue, 3 seq, 4 active, 5 stock ; ARGV: 1 fan id, 2 now (ms)
+-- KEYS: 1 config, 2 queue, 3 seq, 4 active, 5 stock, 6 joins ; ARGV: 1 fan id, 2 now (ms)
 -- Returns {outcome, a, b, rate in milli-fans/s}:
 --   waiting a=position b=1 when the fan was already queued | admitted a=expiry (ms)
 --   not-open a=ms until joining opens | unknown | closed | sold-out | room-full
@@ -26,7 +26,14 @@ local score
 if now < tonumber(cfg[6]) then
   score = tonumber(string.sub(redis.sha1hex(cfg[7] .. ':' .. ARGV[1]), 1, 12), 16)
 else
-  score = 281474976710656 + redis.call('INCR', KEYS[3])
+  local seq = redis.call('INCR', KEYS[3])
+  score = 281474976710656 + seq
+  -- A (sequence → time) sample a second, so ops can see how long the head has waited.
+  local newest = redis.call('ZRANGE', KEYS[6], -1, -1)[1]
+  if not newest or now - tonumber(string.match(newest, ':(%d+)$')) >= 1000 then
+    redis.call('ZADD', KEYS[6], seq, seq .. ':' .. ARGV[2])
+    redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -86401)
+  end
 end
 -- Formatted by hand: Lua would print a large number as %.14g and lose digits.
 redis.call('ZADD', KEYS[2], string.format('%.0f', score), ARGV[1])

@@ -95,6 +95,7 @@ async fn join(
         .key(keys.seq())
         .key(keys.active())
         .key(keys.stock())
+        .key(keys.joins())
         .arg(&request.fan_id)
         .arg(now_ms())
         .invoke_async(&mut redis)

@@ -178,6 +178,9 @@ async fn repeat_join_keeps_the_place_and_status_reports_it() {
     }
     let (status, retry, body) = room.join("b").await;
     assert_eq!((status, body["position"].as_i64()), (StatusCode::OK, Some(2)));
+    let samples: Vec<String> = room.redis.clone().zrange(room.keys.joins(), 0, -1).await.unwrap();
+    assert_eq!(samples.len(), 1, "one (sequence, time) sample a second: {samples:?}");
+    assert!(samples[0].starts_with("1:"));
     assert!(retry.is_some());
     let (status, retry, waiting) = room.status(body["queue_ticket"].as_str().unwrap()).await;
     assert_eq!(status, StatusCode::OK);
