@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::AppState;
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route(
             "/admin/v1/events/{event_id}",
             get(get_event).put(put_event).patch(patch_event),
@@ -37,8 +37,8 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(boxoffice_contract::telemetry::metrics_endpoint))
-        .route("/readyz", get(readyz))
-        .with_state(state)
+        .route("/readyz", get(readyz));
+    boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
 }
 
 /// Compares in time independent of where the first difference is.

@@ -13,6 +13,20 @@ pub struct Cli {
 pub enum Command {
     /// Run the admission loop and the admin API.
     Serve(Config),
+    /// Create, tune or show an event through the admin API.
+    Event {
+        #[command(flatten)]
+        admin: crate::cli::Admin,
+        #[command(subcommand)]
+        command: crate::cli::EventCommand,
+    },
+    /// Size workers and partitions with Little's law (asks the admin API).
+    Capacity {
+        #[command(flatten)]
+        admin: crate::cli::Admin,
+        #[command(flatten)]
+        args: crate::cli::CapacityArgs,
+    },
 }
 
 #[derive(Debug, Clone, Args)]

@@ -4,11 +4,13 @@
 //! - [`admitter`]: the tick loop; one atomic Lua script per event and tick,
 //!   under a Redis lease so exactly one replica admits each event.
 //! - [`api`]: the admin API (`/admin/v1/...`), behind the admin bearer token.
+//! - [`cli`]: `admission event …` and `admission capacity …`, clients of the admin API.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
 
 pub mod admitter;
 pub mod api;
+pub mod cli;
 pub mod config;
 
 use std::sync::Arc;

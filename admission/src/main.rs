@@ -1,11 +1,12 @@
+use admission::cli;
+use admission::config::{Cli, Command};
 use anyhow::Context;
 use clap::Parser;
-use admission::config::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     boxoffice_contract::telemetry::init();
-    match Cli::parse().command {
+    let printed = match Cli::parse().command {
         Command::Serve(config) => {
             let client = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
             let redis = redis::aio::ConnectionManager::new(client).await.context("connecting to Redis")?;
@@ -14,7 +15,11 @@ async fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("binding {}", config.listen))?;
             tracing::info!(listen = %config.listen, "admission admin API listening");
             let state = admission::AppState::new(redis, config)?;
-            admission::serve(listener, state, boxoffice_contract::shutdown::signal()).await
+            return admission::serve(listener, state, boxoffice_contract::shutdown::signal()).await;
         }
-    }
+        Command::Event { admin, command } => cli::event(&admin, command).await?,
+        Command::Capacity { admin, args } => cli::capacity(&admin, args).await?,
+    };
+    println!("{}", serde_json::to_string_pretty(&printed)?);
+    Ok(())
 }

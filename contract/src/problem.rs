@@ -110,6 +110,21 @@ impl IntoResponse for Problem {
     }
 }
 
+/// Fallback for routes that do not exist: a 404 problem document, not an empty body.
+pub async fn no_route() -> Problem {
+    Problem::not_found("not-found", "no such resource")
+}
+
+/// Fallback for a known route called with the wrong method.
+pub async fn wrong_method() -> Problem {
+    Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "this resource does not take that method")
+}
+
+/// Adds both fallbacks to a router.
+pub fn with_fallbacks<S: Clone + Send + Sync + 'static>(router: axum::Router<S>) -> axum::Router<S> {
+    router.fallback(no_route).method_not_allowed_fallback(wrong_method)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

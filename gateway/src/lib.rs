@@ -62,11 +62,11 @@ impl AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .merge(events::router())
         .merge(queue::router())
-        .merge(orders::router(state.keys.clone()))
-        .with_state(state)
+        .merge(orders::router(state.keys.clone()));
+    boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
 }
 
 pub async fn serve(

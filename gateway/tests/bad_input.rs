@@ -61,6 +61,9 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
     let order_url = format!("{g}/v1/events/ev/orders");
     let some_order = format!("{g}/v1/orders/{}", uuid::Uuid::now_v7());
     let cases = vec![
+        case("no such route", Method::GET, format!("{g}/v2/nothing"), 404, "not-found"),
+        case("wrong method", Method::DELETE, format!("{g}/v1/events/ev/queue"), 405, "method-not-allowed"),
+        case("admin: no such route", Method::GET, format!("{a}/admin/v2"), 404, "not-found"),
         case("unknown event", Method::GET, format!("{g}/v1/events/nope"), 404, "unknown-event"),
         case("event id with braces", Method::GET, format!("{g}/v1/events/a%7Bb%7D"), 404, "unknown-event"),
         case("join: malformed JSON", Method::POST, format!("{g}/v1/events/ev/queue"), 400, "bad-request").json("{\"fan_id\":"),

@@ -26,13 +26,13 @@ use crate::AppState;
 pub const MAX_QUANTITY: i32 = 100;
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/internal/events/{event_id}", put(put_event).get(get_event))
         .route("/internal/orders", post(place_order))
         .route("/internal/orders/{order_id}", get(get_order))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .with_state(state)
+        .route("/readyz", get(readyz));
+    boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
 }
 
 impl From<StoreError> for Problem {

@@ -1,0 +1,85 @@
+//! The `admission` binary's admin commands against a real admin API on port 0.
+
+use std::process::Output;
+
+use boxoffice_contract::event::EventConfig;
+use boxoffice_contract::keys::EventKeys;
+use redis::AsyncCommands;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+async fn cli(url: &str, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_admission"))
+        .args(args)
+        .env("BOXOFFICE_ADMIN_URL", url)
+        .env("BOXOFFICE_ADMIN_TOKEN", "admin")
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .await
+        .unwrap()
+}
+
+fn json(output: &Output) -> Value {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap();
+    let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
+    let keys = EventKeys::new(&prefix, "ev");
+    let config = EventConfig {
+        name: "Cli".into(),
+        capacity: 10,
+        prequeue_at_ms: 0,
+        opens_at_ms: 0,
+        admission_rate_per_s: 5.0,
+        max_active: 10,
+        access_ttl_s: 60,
+        per_fan_limit: 2,
+        max_queue: 10,
+        price_cents: 0,
+        paused: false,
+        closed: false,
+        shuffle_seed: "seed".into(),
+    };
+    let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let admin = admission::Config {
+        listen: String::new(),
+        redis_url: String::new(),
+        redis_prefix: prefix.clone(),
+        admin_token: "admin".into(),
+        order_service_url: "http://127.0.0.1:9".into(),
+        tick_ms: 100,
+        lease_ms: 1_000,
+        replica: None,
+    };
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    let server = tokio::spawn(admission::serve(listener, admission::AppState::new(redis.clone(), admin).unwrap(), async move {
+        stop.cancelled().await
+    }));
+
+    let updated = json(&cli(&base, &["event", "update", "ev", "--rate", "12.5", "--state", "paused"]).await);
+    assert_eq!((updated["admission_rate_per_s"].as_f64(), updated["state"].as_str()), (Some(12.5), Some("paused")));
+    let shown = json(&cli(&base, &["event", "show", "ev"]).await);
+    assert_eq!(shown["admission_rate_per_s"], 12.5);
+    let plan = json(&cli(&base, &["capacity", "--arrival-rate", "200", "--service-time-ms", "50"]).await);
+    assert_eq!(plan["workers"], 15);
+
+    let refused = cli(&base, &["event", "update", "ev", "--max-active", "0"]).await;
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("max_active"), "the field is named");
+    let unknown = cli(&base, &["event", "show", "nope"]).await;
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("404"));
+
+    cancel.cancel();
+    server.await.unwrap().unwrap();
+    let all: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
+    let _: () = redis.del(all).await.unwrap();
+}
