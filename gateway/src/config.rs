@@ -33,6 +33,9 @@ pub struct Config {
     /// Lifetime of an order token.
     #[arg(long, env = "BOXOFFICE_ORDER_TOKEN_TTL_S", default_value_t = 7 * 86_400)]
     pub order_token_ttl_s: u64,
+    /// How long an event's settings are kept in memory (0: read Redis every time).
+    #[arg(long, env = "BOXOFFICE_EVENT_CACHE_MS", default_value_t = 100)]
+    pub event_cache_ms: u64,
     /// Time allowed for one call to the order service.
     #[arg(long, env = "BOXOFFICE_UPSTREAM_TIMEOUT_MS", default_value_t = 3_000)]
     pub upstream_timeout_ms: u64,

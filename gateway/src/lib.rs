@@ -4,10 +4,12 @@
 //! - [`access`]: the tower layer that admits only valid access tokens to the shop.
 //! - [`orders`]: buy (spend the token once, forward to the order service) and follow an order.
 //! - [`events`]: public event info and the JWKS.
+//! - [`cache`]: each event's settings, kept in memory for one admission tick.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod cache;
 pub mod config;
 pub mod events;
 pub mod orders;
@@ -33,12 +35,12 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub http: reqwest::Client,
     pub scripts: Arc<Scripts>,
+    pub events: Arc<cache::EventCache>,
 }
 
 /// The Lua scripts of the hot paths, loaded once (EVALSHA after the first call).
 pub struct Scripts {
     pub join: Script,
-    pub status: Script,
     pub spend: Script,
 }
 
@@ -47,14 +49,15 @@ impl AppState {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_millis(config.upstream_timeout_ms))
             .build()?;
+        let events = Arc::new(cache::EventCache::new(Duration::from_millis(config.event_cache_ms)));
         Ok(Self {
             redis,
             keys,
+            events,
             config: Arc::new(config),
             http,
             scripts: Arc::new(Scripts {
                 join: Script::new(include_str!("join.lua")),
-                status: Script::new(include_str!("status.lua")),
                 spend: Script::new(include_str!("spend.lua")),
             }),
         })

@@ -1,7 +1,9 @@
 //! The waiting room: `POST /v1/events/{id}/queue` and `GET …/queue/status`.
 //!
-//! Both are one Redis round trip (a Lua script) plus token work in memory;
-//! they never touch Postgres, so the line holds however long it grows.
+//! Each is one Redis round trip (the join a Lua script, the status two native
+//! reads) plus token work in memory, with the event's settings from the
+//! [`crate::cache`]; they never touch Postgres, so the line holds however
+//! long it grows.
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -10,7 +12,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use boxoffice_contract::event::now_ms;
+use boxoffice_contract::event::{now_ms, prequeue_score};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
 use boxoffice_contract::token::{now_s, Claims, TokenUse};
@@ -43,8 +45,8 @@ pub fn poll_after(eta_seconds: Option<u64>, jitter: f64) -> u64 {
     (base * (0.8 + 0.4 * jitter)).round().clamp(1.0, 30.0) as u64
 }
 
-fn eta_seconds(position: i64, rate_milli: i64) -> Option<u64> {
-    (rate_milli > 0).then(|| ((position as f64) * 1000.0 / rate_milli as f64).ceil() as u64)
+fn eta_seconds(position: i64, rate: f64) -> Option<u64> {
+    (rate > 0.0).then(|| (position as f64 / rate).ceil() as u64)
 }
 
 #[derive(Debug, Deserialize)]
@@ -86,18 +88,38 @@ async fn join(
             "fan_id must be 1-64 characters of A-Z, a-z, 0-9 and . _ @ + -",
         ));
     }
+    let event = state.events.get(&state.redis, &keys, &event_id).await.map_err(redis_down)?.ok_or_else(unknown_event)?;
+    let config = &event.config;
+    let now = now_ms();
+    if config.closed {
+        return Err(Problem::new(StatusCode::GONE, "closed", "the sale is closed"));
+    }
+    if event.sold_out() {
+        return Err(sold_out());
+    }
+    if now < config.prequeue_at_ms {
+        let wait_s = ((config.prequeue_at_ms - now) as u64).div_ceil(1000);
+        return Err(Problem::new(StatusCode::CONFLICT, "not-open", "the waiting room is not open yet").retry_after(wait_s));
+    }
+    let prequeue_score = if now < config.opens_at_ms {
+        prequeue_score(&config.shuffle_seed, &request.fan_id).to_string()
+    } else {
+        String::new()
+    };
+    let sample = prequeue_score.is_empty() && state.events.take_sample(&event_id, now);
     let mut redis = state.redis.clone();
-    let (outcome, a, b, rate): (String, i64, i64, i64) = state
+    let (outcome, a, b): (String, i64, i64) = state
         .scripts
         .join
-        .key(keys.config())
         .key(keys.queue())
         .key(keys.seq())
         .key(keys.active())
-        .key(keys.stock())
         .key(keys.joins())
         .arg(&request.fan_id)
-        .arg(now_ms())
+        .arg(now)
+        .arg(config.max_queue)
+        .arg(prequeue_score)
+        .arg(if sample { "1" } else { "0" })
         .invoke_async(&mut redis)
         .await
         .map_err(redis_down)?;
@@ -105,13 +127,6 @@ async fn join(
         "waiting" if b == 0 => (StatusCode::CREATED, a),
         "waiting" => (StatusCode::OK, a),
         "admitted" => (StatusCode::OK, 0),
-        "unknown" => return Err(unknown_event()),
-        "sold-out" => return Err(sold_out()),
-        "closed" => return Err(Problem::new(StatusCode::GONE, "closed", "the sale is closed")),
-        "not-open" => {
-            return Err(Problem::new(StatusCode::CONFLICT, "not-open", "the waiting room is not open yet")
-                .retry_after((a as u64).div_ceil(1000)))
-        }
         "room-full" => {
             return Err(Problem::new(StatusCode::TOO_MANY_REQUESTS, "room-full", "the waiting room is full")
                 .retry_after(30))
@@ -129,7 +144,7 @@ async fn join(
         now_s(),
         state.config.queue_ticket_ttl_s,
     );
-    let eta = if position == 0 { Some(0) } else { eta_seconds(position, rate) };
+    let eta = if position == 0 { Some(0) } else { eta_seconds(position, event.rate()) };
     let body = Joined {
         fan_id: request.fan_id,
         state: if position == 0 { "admitted" } else { "waiting" }.to_owned(),
@@ -163,44 +178,38 @@ async fn status(State(state): State<AppState>, Path(event_id): Path<String>, hea
         .keys
         .verify(ticket, TokenUse::Queue, Some(&event_id))
         .map_err(|e| Problem::unauthorized("invalid-ticket", e.to_string()))?;
-    let now = now_ms();
+    let event = state.events.get(&state.redis, &keys, &event_id).await.map_err(redis_down)?.ok_or_else(unknown_event)?;
+    if event.sold_out() {
+        return Err(sold_out());
+    }
+    // Two native reads in one round trip; no script, since nothing is written.
     let mut redis = state.redis.clone();
-    let (outcome, a, rate): (String, i64, i64) = state
-        .scripts
-        .status
-        .key(keys.config())
-        .key(keys.queue())
-        .key(keys.active())
-        .key(keys.stock())
-        .arg(&claims.sub)
-        .arg(now)
-        .invoke_async(&mut redis)
+    let (rank, expiry): (Option<i64>, Option<f64>) = redis::pipe()
+        .zrank(keys.queue(), &claims.sub)
+        .zscore(keys.active(), &claims.sub)
+        .query_async(&mut redis)
         .await
         .map_err(redis_down)?;
-    match outcome.as_str() {
-        "waiting" => {
-            let eta = eta_seconds(a, rate);
+    let now = now_ms();
+    match (rank, expiry) {
+        (Some(rank), _) => {
+            let eta = eta_seconds(rank + 1, event.rate());
             let retry = poll_after(eta, rand::random());
-            let body = QueueStatus::Waiting { position: a, eta_seconds: eta };
+            let body = QueueStatus::Waiting { position: rank + 1, eta_seconds: eta };
             Ok(([(header::RETRY_AFTER, retry.to_string())], axum::Json(body)).into_response())
         }
-        "admitted" => {
+        (None, Some(expiry)) if expiry as i64 > now => {
+            let expiry = expiry as i64;
             let mut access = Claims::new(state.keys.issuer(), &event_id, &claims.sub, TokenUse::Access, now_s(), 0);
-            access.exp = (a / 1000) as u64;
-            access.jti = admission_jti(&event_id, &claims.sub, a);
+            access.exp = (expiry / 1000) as u64;
+            access.jti = admission_jti(&event_id, &claims.sub, expiry);
             let body = QueueStatus::Admitted {
                 access_token: state.keys.sign(&access),
-                expires_at: DateTime::<Utc>::from_timestamp_millis(a).unwrap_or_default(),
+                expires_at: DateTime::<Utc>::from_timestamp_millis(expiry).unwrap_or_default(),
             };
             Ok(axum::Json(body).into_response())
         }
-        "sold-out" => Err(sold_out()),
-        "expired" => Err(Problem::new(StatusCode::GONE, "expired", "your admission lapsed or was used; join again")),
-        "unknown" => Err(unknown_event()),
-        other => {
-            tracing::error!(outcome = other, "status script answered something unexpected");
-            Err(Problem::internal())
-        }
+        _ => Err(Problem::new(StatusCode::GONE, "expired", "your admission lapsed or was used; join again")),
     }
 }
 
@@ -222,9 +231,9 @@ mod tests {
 
     #[test]
     fn eta_is_position_over_rate() {
-        assert_eq!(eta_seconds(100, 20_000), Some(5));
-        assert_eq!(eta_seconds(1, 20_000), Some(1));
-        assert_eq!(eta_seconds(5, 0), None);
+        assert_eq!(eta_seconds(100, 20.0), Some(5));
+        assert_eq!(eta_seconds(1, 20.0), Some(1));
+        assert_eq!(eta_seconds(5, 0.0), None);
     }
 
     #[test]

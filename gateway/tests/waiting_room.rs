@@ -22,7 +22,6 @@ struct Room {
     prefix: String,
     keys: EventKeys,
     app: axum::Router,
-    config: EventConfig,
 }
 
 fn config(rate: f64) -> EventConfig {
@@ -66,10 +65,11 @@ impl Room {
             queue_ticket_ttl_s: 3600,
             order_token_ttl_s: 3600,
             upstream_timeout_ms: 1000,
+            event_cache_ms: 0,
         };
         let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
         let app = gateway::router(gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap());
-        Self { redis, prefix, keys, app, config }
+        Self { redis, prefix, keys, app }
     }
 
     fn admitter(&self, replica: &str) -> Admitter {
@@ -286,5 +286,24 @@ async fn each_event_admits_at_its_own_rate() {
     let b: u64 = redis.zcard(other.active()).await.unwrap();
     assert_eq!((a, b), (20, 60), "2 s at 10/s and at 30/s");
     let _: () = redis.del(&[other.config(), other.queue(), other.active(), other.admit(), other.lease()]).await.unwrap();
+    room.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_edge_sees_a_settings_change_within_its_cache_ttl() {
+    let room = Room::new(config(10.0)).await;
+    let cache = gateway::cache::EventCache::new(Duration::from_millis(150));
+    let first = cache.get(&room.redis, &room.keys, "ev").await.unwrap().unwrap();
+    assert_eq!(first.rate(), 10.0);
+    room.set("rate", 99).await;
+    let cached = cache.get(&room.redis, &room.keys, "ev").await.unwrap().unwrap();
+    assert_eq!(cached.rate(), 10.0, "within the ttl the copy is served");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fresh = cache.get(&room.redis, &room.keys, "ev").await.unwrap().unwrap();
+    assert_eq!(fresh.rate(), 99.0, "after the ttl the change is seen");
+    room.set("paused", 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(cache.get(&room.redis, &room.keys, "ev").await.unwrap().unwrap().rate(), 0.0, "paused means no progress");
+    assert!(cache.get(&room.redis, &EventKeys::new(&room.prefix, "nope"), "nope").await.unwrap().is_none());
     room.cleanup().await;
 }

@@ -125,6 +125,7 @@ impl Stack {
             queue_ticket_ttl_s: 3_600,
             order_token_ttl_s: 86_400,
             upstream_timeout_ms: 5_000,
+            event_cache_ms: 0,
         };
         let state = gateway::AppState::new(redis, keys.clone(), gateway_config).unwrap();
         let stop = cancel.clone();

@@ -1,0 +1,34 @@
+//! Token sign and verify cost per operation, per kind.
+//! `cargo bench -p boxoffice-contract --bench tokens`
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use boxoffice_contract::token::{generate_ed25519_pem, now_s, Claims, KeySet, TokenUse};
+
+fn per_op(name: &str, iterations: u32, mut f: impl FnMut()) -> f64 {
+    for _ in 0..iterations / 10 {
+        f();
+    }
+    let start = Instant::now();
+    for _ in 0..iterations {
+        f();
+    }
+    let micros = start.elapsed().as_secs_f64() * 1e6 / f64::from(iterations);
+    println!("{name:<36} {micros:>8.2} µs/op");
+    micros
+}
+
+fn main() {
+    let keys = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], b"0123456789abcdef0123456789abcdef").unwrap();
+    for kind in [TokenUse::Queue, TokenUse::Access] {
+        let claims = Claims::new("boxoffice", "event-1", "fan-123456", kind, now_s(), 300);
+        let token = keys.sign(&claims);
+        per_op(&format!("sign {kind:?}"), 20_000, || {
+            black_box(keys.sign(black_box(&claims)));
+        });
+        per_op(&format!("verify {kind:?}"), 20_000, || {
+            black_box(keys.verify(black_box(&token), kind, Some("event-1")).unwrap());
+        });
+    }
+}
