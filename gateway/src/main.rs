@@ -3,6 +3,11 @@ use boxoffice_contract::token::KeySet;
 use clap::Parser;
 use gateway::{AppState, Config};
 
+/// glibc's malloc serialises the hot paths' many small allocations on its
+/// arena locks (a fifth of the status poll's CPU); mimalloc does not.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     boxoffice_contract::telemetry::init();
