@@ -17,7 +17,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use boxoffice_contract::event::{now_ms, EventConfig, EventState, FIFO_BASE};
+use boxoffice_contract::event::{now_ms, Adaptive, EventConfig, EventState, FIFO_BASE};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{events_key, valid_event_id, EventKeys};
 use boxoffice_contract::Problem;
@@ -96,6 +96,21 @@ pub struct EventSpec {
     pub max_queue: u64,
     #[serde(default)]
     pub price_cents: i64,
+    /// Optional: let the leader tune the rate within `[floor, ceiling]` from the pipeline's health.
+    #[serde(default)]
+    pub adaptive: Option<Adaptive>,
+}
+
+fn check_adaptive(a: &Adaptive) -> Result<(), Problem> {
+    check_rate(a.floor).map_err(|_| invalid("adaptive.floor", "greater than 0 and at most 100000"))?;
+    check_rate(a.ceiling).map_err(|_| invalid("adaptive.ceiling", "greater than 0 and at most 100000"))?;
+    if a.floor > a.ceiling {
+        return Err(invalid("adaptive.floor", "not above adaptive.ceiling"));
+    }
+    if !(a.max_order_latency_ms > 0.0) || a.max_outbox_backlog < 0 || a.max_consumer_lag < 0 {
+        return Err(invalid("adaptive", "thresholds must be positive"));
+    }
+    Ok(())
 }
 
 mod defaults {
@@ -161,6 +176,7 @@ impl EventSpec {
             paused: false,
             closed: false,
             shuffle_seed: boxoffice_contract::event::new_seed(),
+            adaptive: self.adaptive.map(|a| check_adaptive(&a).map(|()| a)).transpose()?,
         })
     }
 }
@@ -198,6 +214,7 @@ pub struct EventView {
     pub max_queue: u64,
     pub price_cents: i64,
     pub paused: bool,
+    pub adaptive: Option<Adaptive>,
     pub queue_length: u64,
     pub active: u64,
     pub admitted_total: u64,
@@ -258,6 +275,14 @@ pub struct EventPatch {
     pub paused: Option<bool>,
     /// `open` (resume / reopen), `paused` or `closed`.
     pub state: Option<String>,
+    /// An adaptive policy to switch it on, `null` to switch it off.
+    #[serde(default, deserialize_with = "present")]
+    pub adaptive: Option<Option<Adaptive>>,
+}
+
+/// Tells a field sent as `null` (Some(None)) from one left out (None).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Adaptive>>, D::Error> {
+    Option::<Adaptive>::deserialize(d).map(Some)
 }
 
 async fn patch_event(
@@ -292,8 +317,16 @@ async fn patch_event(
         Some("closed") => fields.push(("state", "closed".to_owned())),
         Some(_) => return Err(invalid("state", "one of open, paused, closed")),
     }
+    match patch.adaptive {
+        None => {}
+        Some(None) => fields.push(("adaptive", String::new())),
+        Some(Some(policy)) => {
+            check_adaptive(&policy)?;
+            fields.push(("adaptive", serde_json::to_string(&policy).expect("plain struct")));
+        }
+    }
     if fields.is_empty() {
-        return Err(invalid("body", "name at least one of admission_rate_per_s, max_active, paused, state"));
+        return Err(invalid("body", "name at least one of admission_rate_per_s, max_active, paused, state, adaptive"));
     }
     redis.hset_multiple::<_, _, _, ()>(keys.config(), &fields).await.map_err(redis_down)?;
     tracing::info!(%event_id, ?fields, "event tuned");
@@ -363,6 +396,7 @@ async fn view(state: &AppState, event_id: &str) -> Result<EventView, Problem> {
         max_queue: config.max_queue,
         price_cents: config.price_cents,
         paused: config.paused,
+        adaptive: config.adaptive,
         queue_length,
         active,
         admitted_total: admitted_total.unwrap_or(0),

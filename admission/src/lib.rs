@@ -3,11 +3,13 @@
 //!
 //! - [`admitter`]: the tick loop; one atomic Lua script per event and tick,
 //!   under a Redis lease so exactly one replica admits each event.
+//! - [`adaptive`]: AIMD on the rate from order latency, outbox backlog and consumer lag.
 //! - [`api`]: the admin API (`/admin/v1/...`), behind the admin bearer token.
 //! - [`cli`]: `admission event …` and `admission capacity …`, clients of the admin API.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
 
+pub mod adaptive;
 pub mod admitter;
 pub mod api;
 pub mod cli;
@@ -28,6 +30,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Client for the order service's internal API (inventory lives there).
     pub http: reqwest::Client,
+    /// This replica's name in the admission leases.
+    pub replica: String,
 }
 
 impl AppState {
@@ -35,7 +39,8 @@ impl AppState {
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(5))
             .build()?;
-        Ok(Self { redis, config: Arc::new(config), http })
+        let replica = config.replica_id();
+        Ok(Self { redis, config: Arc::new(config), http, replica })
     }
 }
 
@@ -49,11 +54,19 @@ pub async fn serve(
     let admitter = admitter::Admitter::new(
         state.redis.clone(),
         &state.config.redis_prefix,
-        &state.config.replica_id(),
+        &state.replica,
         std::time::Duration::from_millis(state.config.lease_ms),
         std::time::Duration::from_millis(state.config.tick_ms),
     );
     let loop_task = tokio::spawn(admitter.run(cancel.clone()));
+    let controller = adaptive::Controller {
+        redis: state.redis.clone(),
+        prefix: state.config.redis_prefix.clone(),
+        replica: state.replica.clone(),
+        http: state.http.clone(),
+        order_service_url: state.config.order_service_url.clone(),
+    };
+    let adapt_task = tokio::spawn(controller.run(std::time::Duration::from_secs(1), cancel.clone()));
     let server_cancel = cancel.clone();
     axum::serve(listener, api::router(state))
         .with_graceful_shutdown(async move {
@@ -63,5 +76,6 @@ pub async fn serve(
         .await?;
     cancel.cancel();
     loop_task.await?;
+    adapt_task.await?;
     Ok(())
 }

@@ -68,6 +68,7 @@ async fn ops_see_live_stats_and_prometheus_metrics() {
         paused: false,
         closed: false,
         shuffle_seed: "seed".into(),
+        adaptive: None,
     };
     let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
     let _: () = redis.sadd(events_key(&prefix), &event).await.unwrap();

@@ -43,6 +43,7 @@ impl Room {
             paused: false,
             closed: false,
             shuffle_seed: "seed".into(),
+            adaptive: None,
         };
         let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
         let _: () = redis.hset_multiple(keys.stock(), &[("remaining", 1000), ("version", 1)]).await.unwrap();

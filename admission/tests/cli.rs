@@ -44,6 +44,7 @@ async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
         paused: false,
         closed: false,
         shuffle_seed: "seed".into(),
+        adaptive: None,
     };
     let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
 

@@ -37,6 +37,7 @@ async fn setup(rate: f64, fans: usize) -> (ConnectionManager, String, EventKeys)
         paused: false,
         closed: false,
         shuffle_seed: "seed".into(),
+        adaptive: None,
     };
     let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
     let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();

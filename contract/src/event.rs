@@ -33,6 +33,34 @@ pub struct EventConfig {
     pub closed: bool,
     /// Secret until `opens_at`, then published: orders the prequeue (see [`prequeue_score`]).
     pub shuffle_seed: String,
+    /// When set, the admission leader moves the rate within these bounds from the pipeline's health.
+    pub adaptive: Option<Adaptive>,
+}
+
+/// Adaptive admission: additive increase while the purchase pipeline is
+/// healthy, multiplicative decrease when any signal crosses its threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Adaptive {
+    pub floor: f64,
+    pub ceiling: f64,
+    #[serde(default = "Adaptive::default_latency")]
+    pub max_order_latency_ms: f64,
+    #[serde(default = "Adaptive::default_backlog")]
+    pub max_outbox_backlog: i64,
+    #[serde(default = "Adaptive::default_lag")]
+    pub max_consumer_lag: i64,
+}
+
+impl Adaptive {
+    fn default_latency() -> f64 {
+        2_000.0
+    }
+    fn default_backlog() -> i64 {
+        1_000
+    }
+    fn default_lag() -> i64 {
+        5_000
+    }
 }
 
 /// Scores at or above this are FIFO arrivals (`FIFO_BASE + join sequence`);
@@ -81,6 +109,7 @@ impl EventConfig {
             ("paused", u8::from(self.paused).to_string()),
             ("state", if self.closed { "closed" } else { "" }.to_owned()),
             ("seed", self.shuffle_seed.clone()),
+            ("adaptive", self.adaptive.map(|a| serde_json::to_string(&a).expect("plain struct")).unwrap_or_default()),
         ]
     }
 
@@ -101,6 +130,7 @@ impl EventConfig {
             paused: fields.get("paused").is_some_and(|v| v == "1"),
             closed: fields.get("state").is_some_and(|v| v == "closed"),
             shuffle_seed: fields.get("seed").cloned().unwrap_or_default(),
+            adaptive: fields.get("adaptive").and_then(|v| serde_json::from_str(v).ok()),
         })
     }
 
@@ -146,6 +176,7 @@ mod tests {
             paused: false,
             closed: false,
             shuffle_seed: "00ff".into(),
+            adaptive: Some(Adaptive { floor: 1.0, ceiling: 9.5, max_order_latency_ms: 100.0, max_outbox_backlog: 5, max_consumer_lag: 7 }),
         }
     }
 

@@ -90,6 +90,7 @@ fn config(max_queue: u64) -> EventConfig {
         paused: false,
         closed: false,
         shuffle_seed: "bench".into(),
+        adaptive: None,
     }
 }
 

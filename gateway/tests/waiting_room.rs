@@ -40,6 +40,7 @@ fn config(rate: f64) -> EventConfig {
         paused: false,
         closed: false,
         shuffle_seed: boxoffice_contract::event::new_seed(),
+        adaptive: None,
     }
 }
 

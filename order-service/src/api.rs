@@ -7,6 +7,7 @@
 //! | `GET /internal/events/{id}` | seats: capacity, reserved, sold, remaining |
 //! | `POST /internal/orders` | place an order (hold seats), idempotent on `order_id` |
 //! | `GET /internal/orders/{id}` | an order and how many tickets it has |
+//! | `GET /internal/health` | order latency p95, outbox backlog and age, consumer lag |
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -19,6 +20,7 @@ use boxoffice_contract::Problem;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::health;
 use crate::store::{self, Order, Placed, Stock, StoreError};
 use crate::AppState;
 
@@ -30,6 +32,7 @@ pub fn router(state: AppState) -> Router {
         .route("/internal/events/{event_id}", put(put_event).get(get_event))
         .route("/internal/orders", post(place_order))
         .route("/internal/orders/{order_id}", get(get_order))
+        .route("/internal/health", get(pipeline_health))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz));
     boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
@@ -190,6 +193,22 @@ async fn get_order(State(state): State<AppState>, Path(order_id): Path<Uuid>) ->
         .await?
         .ok_or_else(|| Problem::not_found("unknown-order", "no such order"))?;
     Ok(axum::Json(OrderView::new(order, tickets)))
+}
+
+/// Order latency, outbox backlog and consumer lag (`null` when the broker does not answer in time).
+async fn pipeline_health(State(state): State<AppState>) -> Result<axum::Json<health::Health>, Problem> {
+    let mut report = health::database(&state.pool).await.map_err(StoreError::Db)?;
+    let (brokers, group, topic) = (state.config.kafka_brokers.clone(), state.config.worker_group.clone(), state.config.topic.clone());
+    let lag = tokio::task::spawn_blocking(move || health::partition_lag(&brokers, &group, &topic, std::time::Duration::from_secs(2))).await;
+    report.consumer_lag = match lag {
+        Ok(Ok(partitions)) => Some(partitions.iter().map(|(_, lag)| lag).sum()),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "cannot read the consumer lag");
+            None
+        }
+        Err(_) => None,
+    };
+    Ok(axum::Json(report))
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

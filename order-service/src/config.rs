@@ -38,6 +38,9 @@ pub struct ServeConfig {
     /// Topic the outbox is published to.
     #[arg(long, env = "BOXOFFICE_ORDER_TOPIC", default_value = "order-events")]
     pub topic: String,
+    /// Consumer group of the ticket workers, whose lag `/internal/health` reports.
+    #[arg(long, env = "BOXOFFICE_WORKER_GROUP", default_value = "ticket-issuer")]
+    pub worker_group: String,
     /// Partitions of the topic when the relay has to create it.
     #[arg(long, env = "BOXOFFICE_PARTITIONS", default_value_t = 6)]
     pub partitions: i32,

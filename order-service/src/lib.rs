@@ -7,12 +7,14 @@
 //! - [`stock`]: keeps the edge's Redis view of remaining seats in step with Postgres.
 //! - [`relay`]: publishes the transactional outbox to Kafka (`FOR UPDATE SKIP LOCKED`).
 //! - [`worker`]: the `ticket-issuer` consumer that turns `OrderConfirmed` into tickets.
+//! - [`health`]: order latency, outbox backlog and consumer lag, for adaptive admission.
 //! - [`kafka`]: client settings and topic creation shared by relay and worker.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod config;
+pub mod health;
 pub mod kafka;
 pub mod relay;
 pub mod saga;

@@ -70,6 +70,7 @@ impl Stack {
             redis_prefix: prefix.clone(),
             kafka_brokers: brokers(),
             topic: topic.clone(),
+            worker_group: format!("ticket-issuer-{id}"),
             partitions: 2,
             reservation_ttl_s: 600,
             saga_runners: 4,

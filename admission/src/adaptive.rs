@@ -1,0 +1,143 @@
+//! Adaptive admission: once a second the leader of an event with an adaptive
+//! policy reads the purchase pipeline's health from the order service and
+//! moves the rate (AIMD): +5 % of the band while healthy, halved when order
+//! latency, the outbox backlog or the consumer lag crosses its threshold,
+//! always within the ops' floor and ceiling. The new rate is written to the
+//! event's settings, so the next tick, the ETAs and the dashboard all see it.
+
+use std::time::Duration;
+
+use boxoffice_contract::event::{Adaptive, EventConfig};
+use boxoffice_contract::keys::{events_key, EventKeys};
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+/// What the order service's `GET /internal/health` reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+pub struct PipelineHealth {
+    pub order_latency_p95_ms: Option<f64>,
+    pub outbox_backlog: i64,
+    pub outbox_oldest_age_s: f64,
+    pub consumer_lag: Option<i64>,
+}
+
+/// Why the rate moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Healthy,
+    SlowOrders,
+    OutboxBacklog,
+    ConsumerLag,
+}
+
+/// The next rate, and why: the additive-increase / multiplicative-decrease step.
+pub fn next_rate(current: f64, policy: &Adaptive, health: &PipelineHealth) -> (f64, Verdict) {
+    let verdict = if health.order_latency_p95_ms.is_some_and(|l| l > policy.max_order_latency_ms) {
+        Verdict::SlowOrders
+    } else if health.outbox_backlog > policy.max_outbox_backlog {
+        Verdict::OutboxBacklog
+    } else if health.consumer_lag.is_some_and(|l| l > policy.max_consumer_lag) {
+        Verdict::ConsumerLag
+    } else {
+        Verdict::Healthy
+    };
+    let step = ((policy.ceiling - policy.floor) * 0.05).max(0.1);
+    let next = match verdict {
+        Verdict::Healthy => current + step,
+        _ => current / 2.0,
+    };
+    (next.clamp(policy.floor, policy.ceiling), verdict)
+}
+
+pub struct Controller {
+    pub redis: ConnectionManager,
+    pub prefix: String,
+    pub replica: String,
+    pub http: reqwest::Client,
+    pub order_service_url: String,
+}
+
+impl Controller {
+    async fn health(&self) -> anyhow::Result<PipelineHealth> {
+        let url = format!("{}/internal/health", self.order_service_url);
+        Ok(self.http.get(url).send().await?.error_for_status()?.json().await?)
+    }
+
+    /// One adjustment of every adaptive event this replica leads; returns the
+    /// events whose rate changed, with old and new rates.
+    pub async fn adjust(&self) -> anyhow::Result<Vec<(String, f64, f64, Verdict)>> {
+        let mut redis = self.redis.clone();
+        let events: Vec<String> = redis.smembers(events_key(&self.prefix)).await?;
+        let mut health = None;
+        let mut changed = Vec::new();
+        for event in events {
+            let keys = EventKeys::new(&self.prefix, &event);
+            let (leader, fields): (Option<String>, std::collections::HashMap<String, String>) =
+                redis::pipe().get(keys.lease()).hgetall(keys.config()).query_async(&mut redis).await?;
+            if leader.as_deref() != Some(self.replica.as_str()) {
+                continue;
+            }
+            let Some(config) = EventConfig::from_fields(&fields) else { continue };
+            let Some(policy) = config.adaptive else { continue };
+            let health = match health {
+                Some(h) => h,
+                None => *health.insert(self.health().await?),
+            };
+            let current = config.admission_rate_per_s;
+            let (next, verdict) = next_rate(current, &policy, &health);
+            if (next - current).abs() > f64::EPSILON {
+                let _: () = redis.hset(keys.config(), "rate", next.to_string()).await?;
+                tracing::info!(event_id = %event, from = current, to = next, ?verdict, "adaptive rate");
+                changed.push((event, current, next, verdict));
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Adjusts every `interval` until cancelled.
+    pub async fn run(self, interval: Duration, cancel: CancellationToken) {
+        let mut ticker = tokio::time::interval(interval);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+            if let Err(error) = self.adjust().await {
+                tracing::warn!(%error, "adaptive admission skipped a round");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Adaptive {
+        Adaptive { floor: 10.0, ceiling: 110.0, max_order_latency_ms: 500.0, max_outbox_backlog: 100, max_consumer_lag: 1_000 }
+    }
+
+    #[test]
+    fn healthy_pipelines_get_five_percent_of_the_band_more() {
+        assert_eq!(next_rate(50.0, &policy(), &PipelineHealth::default()), (55.0, Verdict::Healthy));
+        assert_eq!(next_rate(108.0, &policy(), &PipelineHealth::default()).0, 110.0, "never above the ceiling");
+    }
+
+    #[test]
+    fn any_crossed_threshold_halves_the_rate_down_to_the_floor() {
+        let slow = PipelineHealth { order_latency_p95_ms: Some(900.0), ..Default::default() };
+        assert_eq!(next_rate(80.0, &policy(), &slow), (40.0, Verdict::SlowOrders));
+        let backlog = PipelineHealth { outbox_backlog: 101, ..Default::default() };
+        assert_eq!(next_rate(80.0, &policy(), &backlog), (40.0, Verdict::OutboxBacklog));
+        let lag = PipelineHealth { consumer_lag: Some(5_000), ..Default::default() };
+        assert_eq!(next_rate(15.0, &policy(), &lag), (10.0, Verdict::ConsumerLag));
+    }
+
+    #[test]
+    fn unknown_signals_do_not_count_as_trouble() {
+        let quiet = PipelineHealth { order_latency_p95_ms: None, consumer_lag: None, ..Default::default() };
+        assert_eq!(next_rate(10.0, &policy(), &quiet).1, Verdict::Healthy);
+    }
+}

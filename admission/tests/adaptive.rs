@@ -1,0 +1,101 @@
+//! Adaptive admission against a real order service on a real Postgres: the
+//! rate halves while the outbox backs up and climbs back once it drains.
+
+use std::sync::Arc;
+
+use admission::adaptive::{Controller, Verdict};
+use boxoffice_contract::event::{Adaptive, EventConfig};
+use boxoffice_contract::keys::{events_key, EventKeys};
+use redis::AsyncCommands;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url.clone()).unwrap()).await.unwrap();
+    let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
+
+    // The order service, with no relay, so outbox rows stay unpublished until we say.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let order_service_url = format!("http://{}", listener.local_addr().unwrap());
+    let config = order_service::ServeConfig {
+        listen: String::new(),
+        database_url: String::new(),
+        db_connections: 4,
+        redis_url: url,
+        redis_prefix: prefix.clone(),
+        kafka_brokers: std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into()),
+        topic: format!("adaptive-{prefix}"),
+        worker_group: format!("group-{prefix}"),
+        partitions: 1,
+        reservation_ttl_s: 600,
+        saga_runners: 0,
+        relay: false,
+        relay_batch: 100,
+        outbox_retention_s: 3600,
+    };
+    let state = order_service::AppState {
+        pool: pool.clone(),
+        stock: order_service::stock::StockView::new(redis.clone(), &prefix),
+        config: Arc::new(config),
+        saga_wakeup: Arc::default(),
+    };
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    let server = tokio::spawn(order_service::serve(listener, state, async move { stop.cancelled().await }));
+
+    let keys = EventKeys::new(&prefix, "ev");
+    let event = EventConfig {
+        name: "Adaptive".into(),
+        capacity: 100,
+        prequeue_at_ms: 0,
+        opens_at_ms: 0,
+        admission_rate_per_s: 40.0,
+        max_active: 100,
+        access_ttl_s: 60,
+        per_fan_limit: 2,
+        max_queue: 100,
+        price_cents: 0,
+        paused: false,
+        closed: false,
+        shuffle_seed: "seed".into(),
+        adaptive: Some(Adaptive { floor: 5.0, ceiling: 45.0, max_order_latency_ms: 60_000.0, max_outbox_backlog: 10, max_consumer_lag: 1_000_000 }),
+    };
+    let _: () = redis.hset_multiple(keys.config(), &event.to_fields()).await.unwrap();
+    let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
+    let _: () = redis.set(keys.lease(), "a").await.unwrap();
+
+    sqlx::query(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'order', g::text, 'test', '{}'::jsonb FROM generate_series(1, 20) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let controller = |replica: &str| Controller {
+        redis: redis.clone(),
+        prefix: prefix.clone(),
+        replica: replica.into(),
+        http: reqwest::Client::new(),
+        order_service_url: order_service_url.clone(),
+    };
+    assert!(controller("b").adjust().await.unwrap().is_empty(), "only the leader adapts");
+    let leader = controller("a");
+    let rate = |changes: Vec<(String, f64, f64, Verdict)>| changes.first().map(|c| (c.2, c.3));
+    assert_eq!(rate(leader.adjust().await.unwrap()), Some((20.0, Verdict::OutboxBacklog)));
+    assert_eq!(rate(leader.adjust().await.unwrap()), Some((10.0, Verdict::OutboxBacklog)));
+    assert_eq!(rate(leader.adjust().await.unwrap()), Some((5.0, Verdict::OutboxBacklog)), "down to the floor");
+    assert_eq!(rate(leader.adjust().await.unwrap()), None, "and no lower");
+
+    sqlx::query("UPDATE outbox SET published_at = now()").execute(&pool).await.unwrap();
+    assert_eq!(rate(leader.adjust().await.unwrap()), Some((7.0, Verdict::Healthy)), "+5 % of the 5..45 band");
+    let stored: String = redis.hget(keys.config(), "rate").await.unwrap();
+    assert_eq!(stored, "7", "the next tick admits at the new rate");
+
+    cancel.cancel();
+    server.await.unwrap().unwrap();
+    let all: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
+    let _: () = redis.del(all).await.unwrap();
+}
