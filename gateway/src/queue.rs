@@ -229,6 +229,25 @@ mod tests {
         }
     }
 
+    /// Polls per second from a line of `fans` at `rate`, each polling when
+    /// its Retry-After says (jitter at its mean).
+    fn poll_load(fans: i64, rate: f64) -> f64 {
+        (1..=fans).map(|p| 1.0 / poll_after(eta_seconds(p, rate), 0.5) as f64).sum()
+    }
+
+    #[test]
+    fn poll_load_stays_bounded_however_long_the_line() {
+        // Bound: N/30 for the far back, plus about 18 × rate for the front.
+        for (fans, rate) in [(1_000_000, 100.0), (1_000_000, 1_000.0), (2_000_000, 50.0), (1_000, 10.0)] {
+            let load = poll_load(fans, rate);
+            let bound = fans as f64 / 30.0 + 18.0 * rate;
+            println!("{fans} fans at {rate}/s: {load:.0} polls/s (bound {bound:.0})");
+            assert!(load <= bound, "{load} > {bound}");
+        }
+        // A fixed 20 s poll, for comparison, is N/20: 50,000/s for a million fans.
+        assert!(poll_load(1_000_000, 100.0) < 1_000_000.0 / 20.0 * 0.75);
+    }
+
     #[test]
     fn eta_is_position_over_rate() {
         assert_eq!(eta_seconds(100, 20.0), Some(5));
