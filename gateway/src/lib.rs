@@ -27,9 +27,20 @@ use tokio::net::TcpListener;
 
 pub use config::Config;
 
-/// One per process, cloned into every request.
+/// One per process, cloned into every request: one reference count, not one
+/// per field (the per-request clone showed in the status poll's profile).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub struct Shared {
     pub redis: ConnectionManager,
     pub keys: KeySet,
     pub config: Arc<Config>,
@@ -50,7 +61,7 @@ impl AppState {
             .timeout(Duration::from_millis(config.upstream_timeout_ms))
             .build()?;
         let events = Arc::new(cache::EventCache::new(Duration::from_millis(config.event_cache_ms)));
-        Ok(Self {
+        Ok(Self(Arc::new(Shared {
             redis,
             keys,
             events,
@@ -60,7 +71,7 @@ impl AppState {
                 join: Script::new(include_str!("join.lua")),
                 spend: Script::new(include_str!("spend.lua")),
             }),
-        })
+        })))
     }
 }
 
