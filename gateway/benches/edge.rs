@@ -138,9 +138,18 @@ async fn main() {
         order_token_ttl_s: 3600,
         upstream_timeout_ms: 1000,
         event_cache_ms: 100,
+        per_ip_rate: 1_000_000,
+        per_ip_burst: 1_000_000,
+        max_in_flight: 4096,
+        request_timeout_ms: 10_000,
+        body_limit_bytes: 8192,
     };
     let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
-    let gateway_url = serve(gateway::router(gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap())).await;
+    // The production stack, protective layers included.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway_url = format!("http://{}", listener.local_addr().unwrap());
+    let state = gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap();
+    tokio::spawn(gateway::serve(listener, state, std::future::pending()));
 
     // A fan far back in the line for the status poll.
     let filler: Vec<(u64, String)> = (0..10_000).map(|i| (i, format!("filler-{i}"))).collect();

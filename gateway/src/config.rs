@@ -36,6 +36,21 @@ pub struct Config {
     /// How long an event's settings are kept in memory (0: read Redis every time).
     #[arg(long, env = "BOXOFFICE_EVENT_CACHE_MS", default_value_t = 100)]
     pub event_cache_ms: u64,
+    /// Requests per second one IP address may make (sustained).
+    #[arg(long, env = "BOXOFFICE_PER_IP_RATE", default_value_t = 50)]
+    pub per_ip_rate: u64,
+    /// Requests one IP address may make in a burst.
+    #[arg(long, env = "BOXOFFICE_PER_IP_BURST", default_value_t = 100)]
+    pub per_ip_burst: u32,
+    /// Requests handled at once; the next is shed with 503 at once.
+    #[arg(long, env = "BOXOFFICE_MAX_IN_FLIGHT", default_value_t = 4096)]
+    pub max_in_flight: usize,
+    /// Deadline for a whole request.
+    #[arg(long, env = "BOXOFFICE_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
+    pub request_timeout_ms: u64,
+    /// Largest request body accepted.
+    #[arg(long, env = "BOXOFFICE_BODY_LIMIT_BYTES", default_value_t = 8 * 1024)]
+    pub body_limit_bytes: usize,
     /// Time allowed for one call to the order service.
     #[arg(long, env = "BOXOFFICE_UPSTREAM_TIMEOUT_MS", default_value_t = 3_000)]
     pub upstream_timeout_ms: u64,

@@ -5,12 +5,14 @@
 //! - [`orders`]: buy (spend the token once, forward to the order service) and follow an order.
 //! - [`events`]: public event info and the JWKS.
 //! - [`cache`]: each event's settings, kept in memory for one admission tick.
+//! - [`edge`]: the protective layers: request id, per-IP rate limit, load shedding, deadline, body limit.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
 
 pub mod access;
 pub mod cache;
 pub mod config;
+pub mod edge;
 pub mod events;
 pub mod orders;
 pub mod queue;
@@ -83,12 +85,18 @@ pub fn router(state: AppState) -> Router {
     boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
 }
 
+/// The routes inside the protective layers: what `serve` runs.
+pub fn app(state: AppState) -> Router {
+    let config = state.config.clone();
+    edge::protect(router(state), &config)
+}
+
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await?;
+    axum::serve(listener, edge::with_peers(app(state))).with_graceful_shutdown(shutdown).await?;
     Ok(())
 }
 

@@ -67,6 +67,11 @@ impl Room {
             order_token_ttl_s: 3600,
             upstream_timeout_ms: 1000,
             event_cache_ms: 0,
+            per_ip_rate: 1_000_000,
+            per_ip_burst: 1_000_000,
+            max_in_flight: 4096,
+            request_timeout_ms: 10_000,
+            body_limit_bytes: 8192,
         };
         let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
         let app = gateway::router(gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap());

@@ -127,6 +127,11 @@ impl Stack {
             order_token_ttl_s: 86_400,
             upstream_timeout_ms: 5_000,
             event_cache_ms: 0,
+            per_ip_rate: 1_000_000,
+            per_ip_burst: 1_000_000,
+            max_in_flight: 4096,
+            request_timeout_ms: 10_000,
+            body_limit_bytes: 8192,
         };
         let state = gateway::AppState::new(redis, keys.clone(), gateway_config).unwrap();
         let stop = cancel.clone();

@@ -1,0 +1,84 @@
+//! The gateway's protective layers, outermost first:
+//!
+//! 1. request id: every request gets an `x-request-id` (or keeps the caller's),
+//!    echoed in the answer and sent on to the order service;
+//! 2. per-IP rate limit (`tower_governor`): past the quota, 429 `rate-limited`
+//!    with `Retry-After`, before any work is done;
+//! 3. load shedding: at most `max_in_flight` requests are handled at once; the
+//!    next gets 503 `overloaded` with `Retry-After` at once instead of queueing;
+//! 4. a deadline for the whole request: 503 `overloaded` when it passes;
+//! 5. a body limit: larger bodies are 413 `payload-too-large`.
+//!
+//! The access-token check sits on the purchase route itself (see [`crate::access`]).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{BoxError, Router};
+use boxoffice_contract::Problem;
+use tower::ServiceBuilder;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::PeerIpKeyExtractor;
+use tower_governor::{GovernorError, GovernorLayer};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+
+use crate::Config;
+
+/// Wraps the routes in the protective layers configured in `config`.
+pub fn protect(routes: Router, config: &Config) -> Router {
+    let per_ip = GovernorConfigBuilder::default()
+        .key_extractor(PeerIpKeyExtractor)
+        .per_millisecond((1000 / config.per_ip_rate.max(1)).max(1))
+        .burst_size(config.per_ip_burst.max(1))
+        .finish()
+        .expect("a positive rate and burst");
+    // Around the router as one service: `Router::layer` would give each route
+    // its own concurrency limit.
+    let protected = ServiceBuilder::new()
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
+        .layer(HandleErrorLayer::new(shed))
+        .load_shed()
+        .concurrency_limit(config.max_in_flight.max(1))
+        .timeout(Duration::from_millis(config.request_timeout_ms))
+        .service(routes.layer(DefaultBodyLimit::max(config.body_limit_bytes)));
+    Router::new().fallback_service(protected)
+}
+
+fn rate_limited(error: GovernorError) -> Response {
+    match error {
+        GovernorError::TooManyRequests { wait_time, .. } => {
+            Problem::new(StatusCode::TOO_MANY_REQUESTS, "rate-limited", "too many requests from this address")
+                .retry_after(wait_time)
+                .into_response()
+        }
+        GovernorError::UnableToExtractKey => {
+            Problem::bad_request("the peer address is unknown").into_response()
+        }
+        GovernorError::Other { code, msg, .. } => {
+            Problem::new(code, "rate-limited", msg.unwrap_or_default()).retry_after(1).into_response()
+        }
+    }
+}
+
+/// Load shed and deadline errors; the only errors the stack can produce.
+async fn shed(error: BoxError) -> Problem {
+    if error.is::<tower::timeout::error::Elapsed>() {
+        Problem::unavailable("overloaded", "the request took too long; try again", 1)
+    } else if error.is::<tower::load_shed::error::Overloaded>() {
+        Problem::unavailable("overloaded", "the gateway is at capacity; try again", 1)
+    } else {
+        tracing::error!(%error, "middleware error");
+        Problem::internal()
+    }
+}
+
+/// The service `axum::serve` needs for the per-IP limit to see peer addresses.
+pub fn with_peers(app: Router) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, SocketAddr> {
+    app.into_make_service_with_connect_info::<SocketAddr>()
+}

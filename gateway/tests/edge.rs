@@ -1,0 +1,132 @@
+//! The protective layers over real sockets: per-IP rate limit, load shedding,
+//! the request deadline, the body limit and request ids.
+
+use std::time::{Duration, Instant};
+
+use boxoffice_contract::token::{generate_ed25519_pem, now_s, Claims, KeySet, TokenUse};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+const SECRET: &[u8] = b"test-queue-secret-of-32-bytes-at-least";
+
+struct Edge {
+    url: String,
+    keys: KeySet,
+    http: reqwest::Client,
+}
+
+/// A gateway whose order service accepts connections and never answers.
+async fn edge(tune: impl FnOnce(&mut gateway::Config)) -> Edge {
+    let black_hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", black_hole.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = black_hole.accept().await {
+            held.push(socket);
+        }
+    });
+    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url.clone()).unwrap()).await.unwrap();
+    let mut config = gateway::Config {
+        listen: String::new(),
+        redis_url,
+        redis_prefix: format!("t{}", uuid::Uuid::new_v4().simple()),
+        order_service_url: upstream,
+        signing_key: String::new(),
+        verify_keys: Vec::new(),
+        queue_secret: String::new(),
+        issuer: "boxoffice".into(),
+        queue_ticket_ttl_s: 3600,
+        order_token_ttl_s: 3600,
+        event_cache_ms: 100,
+        per_ip_rate: 1_000,
+        per_ip_burst: 1_000,
+        max_in_flight: 64,
+        request_timeout_ms: 10_000,
+        body_limit_bytes: 8192,
+        upstream_timeout_ms: 30_000,
+    };
+    tune(&mut config);
+    let keys = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let state = gateway::AppState::new(redis, keys.clone(), config).unwrap();
+    tokio::spawn(gateway::serve(listener, state, std::future::pending()));
+    Edge { url, keys, http: reqwest::Client::new() }
+}
+
+impl Edge {
+    /// A request that waits on the order service (which never answers).
+    fn hanging(&self) -> reqwest::RequestBuilder {
+        let order_id = uuid::Uuid::now_v7();
+        let mut claims = Claims::new("boxoffice", "ev", "fan", TokenUse::Order, now_s(), 600);
+        claims.order_id = Some(order_id);
+        self.http.get(format!("{}/v1/orders/{order_id}", self.url)).bearer_auth(self.keys.sign(&claims))
+    }
+}
+
+async fn problem(response: reqwest::Response) -> (StatusCode, Option<String>, String) {
+    let status = response.status();
+    let retry = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    let body: Value = response.json().await.unwrap();
+    (status, retry, body["type"].as_str().unwrap().rsplit('/').next().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn an_address_past_its_quota_gets_429_with_retry_after() {
+    let edge = edge(|c| {
+        c.per_ip_rate = 1;
+        c.per_ip_burst = 3;
+    })
+    .await;
+    for _ in 0..3 {
+        let response = edge.http.get(format!("{}/healthz", edge.url)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let (status, retry, slug) = problem(edge.http.get(format!("{}/healthz", edge.url)).send().await.unwrap()).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::TOO_MANY_REQUESTS, "rate-limited"));
+    assert!(retry.unwrap().parse::<u64>().unwrap() >= 1);
+}
+
+#[tokio::test]
+async fn when_saturated_the_gateway_sheds_at_once_instead_of_queueing() {
+    let edge = edge(|c| c.max_in_flight = 1).await;
+    let stuck = tokio::spawn(edge.hanging().send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let (status, retry, slug) = problem(edge.http.get(format!("{}/healthz", edge.url)).send().await.unwrap()).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "overloaded"));
+    assert_eq!(retry.as_deref(), Some("1"));
+    assert!(started.elapsed() < Duration::from_secs(1), "shed, not queued: {:?}", started.elapsed());
+    stuck.abort();
+}
+
+#[tokio::test]
+async fn a_request_past_its_deadline_is_answered_503() {
+    let edge = edge(|c| c.request_timeout_ms = 300).await;
+    let started = Instant::now();
+    let (status, retry, slug) = problem(edge.hanging().send().await.unwrap()).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "overloaded"));
+    assert!(retry.is_some());
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413_and_requests_carry_an_id() {
+    let edge = edge(|_| {}).await;
+    let body = format!("{{\"fan_id\":\"{}\"}}", "x".repeat(20_000));
+    let response = edge
+        .http
+        .post(format!("{}/v1/events/ev/queue", edge.url))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.headers().contains_key("x-request-id"), "a request id is made");
+    let (status, _, slug) = problem(response).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large"));
+    let response = edge.http.get(format!("{}/healthz", edge.url)).header("x-request-id", "abc-123").send().await.unwrap();
+    assert_eq!(response.headers()["x-request-id"], "abc-123", "a caller's id is kept");
+}
