@@ -5,6 +5,7 @@
 //! | `PUT /admin/v1/events/{id}` | create or replace an event (Postgres inventory via the order service, then Redis) |
 //! | `PATCH /admin/v1/events/{id}` | tune rate, cap, pause or close; the next tick applies it |
 //! | `GET /admin/v1/events/{id}` | settings and live stats |
+//! | `DELETE /admin/v1/events/{id}/admissions/{fan}` | revoke a fan's admission: its access token stops working |
 //! | `GET /admin/v1/capacity?…` | Little's law: workers, partitions, spike backlog and drain time |
 
 use std::collections::HashMap;
@@ -33,6 +34,7 @@ pub fn router(state: AppState) -> Router {
             "/admin/v1/events/{event_id}",
             get(get_event).put(put_event).patch(patch_event),
         )
+        .route("/admin/v1/events/{event_id}/admissions/{fan_id}", axum::routing::delete(revoke))
         .route("/admin/v1/capacity", get(capacity))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
         .route("/healthz", get(|| async { "ok" }))
@@ -426,6 +428,37 @@ async fn seats(state: &AppState, event_id: &str) -> Option<Seats> {
         return None;
     }
     response.json().await.ok()
+}
+
+/// Revokes the fan's current admission: 204, or 404 when the fan holds none.
+async fn revoke(
+    State(state): State<AppState>,
+    Path((event_id, fan_id)): Path<(String, String)>,
+) -> Result<StatusCode, Problem> {
+    event_path(&event_id)?;
+    let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
+    let mut redis = state.redis.clone();
+    let expiry: Option<f64> = redis.zscore(keys.active(), &fan_id).await.map_err(redis_down)?;
+    let Some(expiry) = expiry.map(|e| e as i64) else {
+        return Err(Problem::not_found("not-admitted", "this fan holds no admission"));
+    };
+    let jti = boxoffice_contract::token::admission_jti(&event_id, &fan_id, expiry);
+    // Long enough to outlive the token it revokes.
+    let ttl = ((expiry - now_ms()) / 1000).max(1) + 60;
+    let revoked: i32 = redis::Script::new(include_str!("revoke.lua"))
+        .key(keys.active())
+        .key(keys.jti(&jti))
+        .arg(&fan_id)
+        .arg(expiry)
+        .arg(ttl)
+        .invoke_async(&mut redis)
+        .await
+        .map_err(redis_down)?;
+    if revoked == 0 {
+        return Err(Problem::not_found("not-admitted", "this fan holds no admission"));
+    }
+    tracing::info!(%event_id, %fan_id, "admission revoked");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /admin/v1/capacity?arrival_rate=…&service_time_ms=…[&utilization=0.7]

@@ -353,6 +353,14 @@ impl KeySet {
     }
 }
 
+/// The `jti` of the access token of one admission (event, fan, expiry in ms):
+/// every status poll during that admission gets the same one, so the fan can
+/// buy once, not once per poll, and ops can revoke exactly that admission.
+pub fn admission_jti(event_id: &str, fan_id: &str, expires_ms: i64) -> String {
+    let digest = Sha256::digest(format!("{event_id}\n{fan_id}\n{expires_ms}"));
+    URL_SAFE_NO_PAD.encode(&digest[..16])
+}
+
 /// A fresh Ed25519 private key as PKCS#8 PEM, for dev scripts and tests.
 pub fn generate_ed25519_pem() -> String {
     use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
@@ -464,6 +472,13 @@ mod tests {
         let mut foreign = claims;
         foreign.iss = "someone".into();
         assert!(keys.verify(&keys.sign(&foreign), TokenUse::Queue, Some("ev1")).is_err());
+    }
+
+    #[test]
+    fn one_admission_has_one_jti() {
+        assert_eq!(admission_jti("e", "f", 1), admission_jti("e", "f", 1));
+        assert_ne!(admission_jti("e", "f", 1), admission_jti("e", "f", 2));
+        assert_ne!(admission_jti("e", "f", 1), admission_jti("e", "g", 1));
     }
 
     #[test]

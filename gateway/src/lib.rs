@@ -100,14 +100,25 @@ pub async fn serve(
     Ok(())
 }
 
-/// The token of an `Authorization: Bearer …` header.
+/// The token of an `Authorization: Bearer …` header (the scheme is case-insensitive, RFC 9110).
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(axum::http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_found_whatever_the_scheme_case() {
+        let mut headers = HeaderMap::new();
+        for (value, token) in [("Bearer abc", Some("abc")), ("bearer abc", Some("abc")), ("Basic abc", None), ("Bearer ", None), ("Bearer", None)] {
+            headers.insert(axum::http::header::AUTHORIZATION, value.parse().unwrap());
+            assert_eq!(bearer(&headers), token, "{value}");
+        }
+    }
 }
 
 pub(crate) fn redis_down(error: redis::RedisError) -> boxoffice_contract::Problem {

@@ -109,6 +109,7 @@ async fn buy(
     match outcome.as_str() {
         "fresh" | "replay" => {}
         "used" => return Err(Problem::new(StatusCode::CONFLICT, "token-used", "this access token has already bought")),
+        "revoked" => return Err(Problem::unauthorized("invalid-token", "this admission was revoked")),
         "sold-out" => return Err(Problem::new(StatusCode::GONE, "sold-out", "every seat is sold")),
         "too-many" => return Err(invalid_quantity(&format!("quantity must be between 1 and {order}"))),
         other => {

@@ -2,11 +2,13 @@
 -- KEYS: 1 jti, 2 active, 3 stock, 4 config
 -- ARGV: 1 fan id, 2 idempotency key ('' if none), 3 fresh order id, 4 ttl (s), 5 quantity
 -- Returns {outcome, order id}: fresh (buy as ARGV[3]) | replay (same idempotency
--- key as the spend: buy as the stored order id again) | used | sold-out | too-many a=limit
+-- key as the spend: buy as the stored order id again) | used | revoked |
+-- sold-out | too-many a=limit
 -- Guarantees: a token is spent at most once, and only for a valid quantity
--- while seats remain; spending and leaving the active set (freeing the slot
--- for the next fan) are one step.
+-- while seats remain and ops have not revoked it; spending and leaving the
+-- active set (freeing the slot for the next fan) are one step.
 local stored = redis.call('GET', KEYS[1])
+if stored == '!revoked' then return {'revoked', ''} end
 if stored then
   local key, order = string.match(stored, '^(.*)|([^|]*)$')
   if ARGV[2] ~= '' and key == ARGV[2] then return {'replay', order} end

@@ -3,7 +3,9 @@
 
 mod common;
 
-use boxoffice_contract::token::{now_s, Claims, TokenUse};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use boxoffice_contract::token::{generate_ed25519_pem, now_s, Claims, KeySet, TokenUse};
 use common::{Stack, ADMIN_TOKEN};
 use reqwest::{Method, StatusCode};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -56,6 +58,39 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
         stack.keys.sign(&claims)
     };
 
+    // Forgeries of an access token for fan-1 on "ev".
+    let claims = Claims::new("boxoffice", "ev", "fan-1", TokenUse::Access, now_s(), 600);
+    let b64 = |bytes: &[u8]| URL_SAFE_NO_PAD.encode(bytes);
+    let payload = b64(&serde_json::to_vec(&claims).unwrap());
+    let alg_none = format!("{}.{payload}.", b64(br#"{"alg":"none","typ":"JWT"}"#));
+    let jwks = stack.keys.jwks();
+    let public_x = jwks["keys"][0]["x"].as_str().unwrap().to_owned();
+    let mut confused_header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    confused_header.kid = jwks["keys"][0]["kid"].as_str().map(str::to_owned);
+    let key_confusion = jsonwebtoken::encode(&confused_header, &claims, &jsonwebtoken::EncodingKey::from_secret(public_x.as_bytes())).unwrap();
+    let sign_with = |edit: &dyn Fn(&mut Claims)| {
+        let mut c = claims.clone();
+        edit(&mut c);
+        stack.keys.sign(&c)
+    };
+    let expired = sign_with(&|c| {
+        c.iat -= 7200;
+        c.nbf -= 7200;
+        c.exp = now_s() - 3600;
+    });
+    let not_yet = sign_with(&|c| c.nbf = now_s() + 3600);
+    let wrong_issuer = sign_with(&|c| c.iss = "mallory".into());
+    let retired = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], common::QUEUE_SECRET).unwrap().sign(&claims);
+    let order_token_as_access = sign_with(&|c| c.token_use = TokenUse::Order);
+    let tampered = {
+        let token = stack.keys.sign(&claims);
+        let (head, rest) = token.split_once('.').unwrap();
+        let (_, sig) = rest.split_once('.').unwrap();
+        let mut richer = claims.clone();
+        richer.sub = "fan-9".into();
+        format!("{head}.{}.{sig}", b64(&serde_json::to_vec(&richer).unwrap()))
+    };
+
     let g = &stack.gateway;
     let a = &stack.admission;
     let order_url = format!("{g}/v1/events/ev/orders");
@@ -80,6 +115,15 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
         case("buy: garbage token", Method::POST, order_url.clone(), 401, "invalid-token").bearer("x.y.z").json("{\"quantity\":1}"),
         case("buy: queue ticket", Method::POST, order_url.clone(), 401, "invalid-token").bearer(&ticket).json("{\"quantity\":1}"),
         case("buy: token of another event", Method::POST, order_url.clone(), 403, "wrong-event").bearer(&other_access).json("{\"quantity\":1}"),
+        case("buy: alg none", Method::POST, order_url.clone(), 401, "invalid-token").bearer(&alg_none).json("{\"quantity\":1}"),
+        case("buy: HS256 keyed with the public key", Method::POST, order_url.clone(), 401, "invalid-token").bearer(&key_confusion).json("{\"quantity\":1}"),
+        case("buy: expired", Method::POST, order_url.clone(), 401, "invalid-token").bearer(&expired).json("{\"quantity\":1}"),
+        case("buy: not yet valid", Method::POST, order_url.clone(), 401, "invalid-token").bearer(&not_yet).json("{\"quantity\":1}"),
+        case("buy: wrong issuer", Method::POST, order_url.clone(), 401, "invalid-token").bearer(&wrong_issuer).json("{\"quantity\":1}"),
+        case("buy: retired or foreign key", Method::POST, order_url.clone(), 401, "invalid-token").bearer(&retired).json("{\"quantity\":1}"),
+        case("buy: order token", Method::POST, order_url.clone(), 401, "invalid-token").bearer(&order_token_as_access).json("{\"quantity\":1}"),
+        case("buy: tampered payload", Method::POST, order_url.clone(), 401, "invalid-token").bearer(&tampered).json("{\"quantity\":1}"),
+        case("buy: basic auth instead of bearer", Method::POST, order_url.clone(), 401, "invalid-token").json("{\"quantity\":1}"),
         case("buy: malformed JSON", Method::POST, order_url.clone(), 400, "bad-request").bearer(&access).json("{"),
         case("buy: zero", Method::POST, order_url.clone(), 422, "invalid-quantity").bearer(&access).json("{\"quantity\":0}"),
         case("buy: negative", Method::POST, order_url.clone(), 422, "invalid-quantity").bearer(&access).json("{\"quantity\":-3}"),
@@ -103,10 +147,13 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
         case("admin: patch nothing", Method::PATCH, format!("{a}/admin/v1/events/ev"), 422, "invalid-field").bearer(ADMIN_TOKEN).json("{}"),
     ];
 
+    let count = cases.len();
     for case in cases {
         let mut request = stack.http.request(case.method.clone(), &case.url);
         if let Some(token) = &case.bearer {
             request = request.bearer_auth(token);
+        } else if case.name.contains("basic auth") {
+            request = request.basic_auth("fan-1", Some("secret"));
         }
         if let Some(content_type) = case.content_type {
             request = request.header("content-type", content_type);
@@ -125,8 +172,30 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
         assert_eq!(problem["status"], case.status, "{}", case.name);
     }
 
-    // None of it cost the fan the admission: the token still buys.
-    let (status, body) = stack.buy("ev", &access, 1, None).await;
+    assert!(count >= 40, "the suite has {count} cases");
+
+    // None of it cost the fan the admission: the token still buys, once.
+    let (status, body) = stack.buy("ev", &access, 1, Some("k")).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (status, body) = stack.buy("ev", &access, 1, Some("other-key")).await;
+    assert_eq!((status.as_u16(), body["type"].as_str().unwrap().ends_with("/token-used")), (409, true), "a replayed jti");
+    let order_id = body_order(&stack, &access).await;
+    let (status, body) = stack.order(&order_id, &other_access).await;
+    assert_eq!((status.as_u16(), body["type"].as_str().unwrap().ends_with("/unknown-order")), (404, true), "another fan's order");
+
+    // Ops revoke an admission: the token stops working at once.
+    let (_, joined) = stack.join("ev", "fan-3").await;
+    let revoked_access = stack.wait_admitted("ev", joined["queue_ticket"].as_str().unwrap()).await;
+    let revoke = |fan: &str| stack.http.delete(format!("{}/admin/v1/events/ev/admissions/{fan}", stack.admission)).bearer_auth(ADMIN_TOKEN).send();
+    assert_eq!(revoke("fan-3").await.unwrap().status(), StatusCode::NO_CONTENT);
+    let (status, body) = stack.buy("ev", &revoked_access, 1, None).await;
+    assert_eq!((status.as_u16(), body["type"].as_str().unwrap().ends_with("/invalid-token")), (401, true), "{body}");
+    assert_eq!(revoke("fan-3").await.unwrap().status(), StatusCode::NOT_FOUND, "nothing left to revoke");
     stack.stop().await;
+}
+
+/// The order id the access token bought (the same Idempotency-Key replays it).
+async fn body_order(stack: &Stack, access: &str) -> String {
+    let (_, body) = stack.buy("ev", access, 1, Some("k")).await;
+    body["order_id"].as_str().unwrap().to_owned()
 }
