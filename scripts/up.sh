@@ -16,7 +16,8 @@ cleanup() {
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   stop_pid "${KAFKA_PID:-}"
 }
-trap cleanup INT TERM EXIT
+trap 'cleanup; exit 0' INT TERM
+trap cleanup EXIT
 
 ensure_redis
 ensure_postgres
