@@ -143,6 +143,10 @@ async fn main() {
         max_in_flight: 4096,
         request_timeout_ms: 10_000,
         body_limit_bytes: 8192,
+        upstream_max_in_flight: 256,
+        breaker_window_s: 10,
+        breaker_min_requests: 10,
+        breaker_open_ms: 2_000,
     };
     let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
     // The production stack, protective layers included.

@@ -51,6 +51,18 @@ pub struct Config {
     /// Largest request body accepted.
     #[arg(long, env = "BOXOFFICE_BODY_LIMIT_BYTES", default_value_t = 8 * 1024)]
     pub body_limit_bytes: usize,
+    /// Calls to the order service in flight at once (bulkhead); more get 503 at once.
+    #[arg(long, env = "BOXOFFICE_UPSTREAM_MAX_IN_FLIGHT", default_value_t = 256)]
+    pub upstream_max_in_flight: usize,
+    /// Circuit breaker: the window over which the success rate is judged.
+    #[arg(long, env = "BOXOFFICE_BREAKER_WINDOW_S", default_value_t = 10)]
+    pub breaker_window_s: u64,
+    /// Circuit breaker: calls needed in the window before it may open.
+    #[arg(long, env = "BOXOFFICE_BREAKER_MIN_REQUESTS", default_value_t = 10)]
+    pub breaker_min_requests: u32,
+    /// Circuit breaker: first open period, at least 1 s (doubles while the service keeps failing, up to 30×).
+    #[arg(long, env = "BOXOFFICE_BREAKER_OPEN_MS", default_value_t = 2_000)]
+    pub breaker_open_ms: u64,
     /// Time allowed for one call to the order service.
     #[arg(long, env = "BOXOFFICE_UPSTREAM_TIMEOUT_MS", default_value_t = 3_000)]
     pub upstream_timeout_ms: u64,

@@ -6,6 +6,7 @@
 //! - [`events`]: public event info and the JWKS.
 //! - [`cache`]: each event's settings, kept in memory for one admission tick.
 //! - [`edge`]: the protective layers: request id, per-IP rate limit, load shedding, deadline, body limit.
+//! - [`upstream`]: calls to the order service behind a bulkhead and a circuit breaker.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,7 @@ pub mod edge;
 pub mod events;
 pub mod orders;
 pub mod queue;
+pub mod upstream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +48,7 @@ pub struct Shared {
     pub redis: ConnectionManager,
     pub keys: KeySet,
     pub config: Arc<Config>,
-    pub http: reqwest::Client,
+    pub upstream: upstream::Upstream,
     pub scripts: Arc<Scripts>,
     pub events: Arc<cache::EventCache>,
 }
@@ -59,16 +61,14 @@ pub struct Scripts {
 
 impl AppState {
     pub fn new(redis: ConnectionManager, keys: KeySet, config: Config) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.upstream_timeout_ms))
-            .build()?;
+        let upstream = upstream::Upstream::new(&config)?;
         let events = Arc::new(cache::EventCache::new(Duration::from_millis(config.event_cache_ms)));
         Ok(Self(Arc::new(Shared {
             redis,
             keys,
             events,
             config: Arc::new(config),
-            http,
+            upstream,
             scripts: Arc::new(Scripts {
                 join: Script::new(include_str!("join.lua")),
                 spend: Script::new(include_str!("spend.lua")),

@@ -119,16 +119,15 @@ async fn buy(
     }
     let order_id: Uuid = order.parse().map_err(|_| Problem::internal())?;
     let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let response = state
-        .http
-        .post(format!("{}/internal/orders", state.config.order_service_url))
+    let call = state
+        .upstream
+        .client()
+        .post(state.upstream.url("/internal/orders"))
         .header("x-request-id", request_id)
         .json(&serde_json::json!({
             "order_id": order_id, "event_id": event_id, "fan_id": claims.sub, "quantity": request.quantity,
-        }))
-        .send()
-        .await
-        .map_err(upstream_down)?;
+        }));
+    let response = state.upstream.send(call).await?;
     if !response.status().is_success() {
         return Err(pass_on(response).await);
     }
@@ -178,12 +177,8 @@ async fn get_order(
     if claims.token_use == TokenUse::Order && claims.order_id != Some(order_id) {
         return Err(unknown_order());
     }
-    let response = state
-        .http
-        .get(format!("{}/internal/orders/{order_id}", state.config.order_service_url))
-        .send()
-        .await
-        .map_err(upstream_down)?;
+    let call = state.upstream.client().get(state.upstream.url(&format!("/internal/orders/{order_id}")));
+    let response = state.upstream.send(call).await?;
     if response.status() == StatusCode::NOT_FOUND {
         return Err(unknown_order());
     }

@@ -44,6 +44,10 @@ async fn edge(tune: impl FnOnce(&mut gateway::Config)) -> Edge {
         max_in_flight: 64,
         request_timeout_ms: 10_000,
         body_limit_bytes: 8192,
+        upstream_max_in_flight: 256,
+        breaker_window_s: 10,
+        breaker_min_requests: 10,
+        breaker_open_ms: 2_000,
         upstream_timeout_ms: 30_000,
     };
     tune(&mut config);
@@ -129,4 +133,96 @@ async fn oversized_bodies_get_413_and_requests_carry_an_id() {
     assert_eq!((status, slug.as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large"));
     let response = edge.http.get(format!("{}/healthz", edge.url)).header("x-request-id", "abc-123").send().await.unwrap();
     assert_eq!(response.headers()["x-request-id"], "abc-123", "a caller's id is kept");
+}
+
+/// An order service whose health the test switches, counting the calls it gets.
+struct FlakyUpstream {
+    url: String,
+    healthy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn flaky_upstream() -> FlakyUpstream {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let healthy = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (h, c) = (healthy.clone(), calls.clone());
+    let app = axum::Router::new().fallback(move || {
+        let (h, c) = (h.clone(), c.clone());
+        async move {
+            c.fetch_add(1, Ordering::SeqCst);
+            if h.load(Ordering::SeqCst) {
+                boxoffice_contract::Problem::not_found("unknown-order", "no such order")
+            } else {
+                boxoffice_contract::Problem::unavailable("down", "down", 1)
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    FlakyUpstream { url, healthy, calls }
+}
+
+#[tokio::test]
+async fn the_breaker_opens_on_an_outage_answers_fast_then_closes_after_recovery() {
+    use std::sync::atomic::Ordering;
+    let upstream = flaky_upstream().await;
+    let url = upstream.url.clone();
+    let edge = edge(move |c| {
+        c.order_service_url = url;
+        c.breaker_window_s = 1;
+        c.breaker_min_requests = 5;
+        c.breaker_open_ms = 1_000;
+    })
+    .await;
+
+    // The success rate is a moving average over the window: keep failing until it opens.
+    let mut opened = false;
+    for _ in 0..100 {
+        let response = edge.hanging().send().await.unwrap();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["status"], 503);
+        if body["detail"].as_str().unwrap().contains("circuit open") {
+            opened = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    assert!(opened, "the breaker never opened");
+    let through = upstream.calls.load(Ordering::SeqCst);
+    assert!(through >= 5, "it judged on at least the minimum volume: {through}");
+    for _ in 0..20 {
+        let started = Instant::now();
+        let (status, retry, slug) = problem(edge.hanging().send().await.unwrap()).await;
+        assert_eq!((status, slug.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "upstream-unavailable"));
+        assert!(retry.is_some());
+        assert!(started.elapsed() < Duration::from_millis(100), "rejected fast: {:?}", started.elapsed());
+    }
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), through, "open: no call goes through");
+
+    // The service recovers; after the open period one call tests it, and the breaker closes.
+    upstream.healthy.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    for _ in 0..5 {
+        let (status, _, slug) = problem(edge.hanging().send().await.unwrap()).await;
+        assert_eq!((status, slug.as_str()), (StatusCode::NOT_FOUND, "unknown-order"), "calls flow again");
+    }
+    assert_eq!(upstream.calls.load(Ordering::SeqCst), through + 5);
+}
+
+#[tokio::test]
+async fn the_bulkhead_bounds_calls_to_the_order_service() {
+    let edge = edge(|c| c.upstream_max_in_flight = 1).await;
+    let stuck = tokio::spawn(edge.hanging().send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let (status, retry, slug) = problem(edge.hanging().send().await.unwrap()).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "upstream-unavailable"));
+    assert!(retry.is_some());
+    assert!(started.elapsed() < Duration::from_millis(500));
+    // The waiting room is unaffected by the stuck order service.
+    assert_eq!(edge.http.get(format!("{}/healthz", edge.url)).send().await.unwrap().status(), StatusCode::OK);
+    stuck.abort();
 }

@@ -72,6 +72,10 @@ impl Room {
             max_in_flight: 4096,
             request_timeout_ms: 10_000,
             body_limit_bytes: 8192,
+            upstream_max_in_flight: 256,
+            breaker_window_s: 10,
+            breaker_min_requests: 10,
+            breaker_open_ms: 2_000,
         };
         let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
         let app = gateway::router(gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap());

@@ -132,6 +132,10 @@ impl Stack {
             max_in_flight: 4096,
             request_timeout_ms: 10_000,
             body_limit_bytes: 8192,
+            upstream_max_in_flight: 256,
+            breaker_window_s: 10,
+            breaker_min_requests: 10,
+            breaker_open_ms: 2_000,
         };
         let state = gateway::AppState::new(redis, keys.clone(), gateway_config).unwrap();
         let stop = cancel.clone();
