@@ -42,6 +42,12 @@ pub struct Config {
     /// Requests one IP address may make in a burst.
     #[arg(long, env = "BOXOFFICE_PER_IP_BURST", default_value_t = 100)]
     pub per_ip_burst: u32,
+    /// Join, status and purchase requests per second one fan may make (sustained).
+    #[arg(long, env = "BOXOFFICE_PER_FAN_RATE", default_value_t = 2)]
+    pub per_fan_rate: u32,
+    /// Such requests one fan may make in a burst.
+    #[arg(long, env = "BOXOFFICE_PER_FAN_BURST", default_value_t = 10)]
+    pub per_fan_burst: u32,
     /// Requests handled at once; the next is shed with 503 at once.
     #[arg(long, env = "BOXOFFICE_MAX_IN_FLIGHT", default_value_t = 4096)]
     pub max_in_flight: usize,

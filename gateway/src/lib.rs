@@ -6,6 +6,7 @@
 //! - [`events`]: public event info and the JWKS.
 //! - [`cache`]: each event's settings, kept in memory for one admission tick.
 //! - [`edge`]: the protective layers: request id, per-IP rate limit, load shedding, deadline, body limit.
+//! - [`per_fan`]: the per-fan rate limit of join, status and purchase.
 //! - [`upstream`]: calls to the order service behind a bulkhead and a circuit breaker.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@ pub mod config;
 pub mod edge;
 pub mod events;
 pub mod orders;
+pub mod per_fan;
 pub mod queue;
 pub mod upstream;
 
@@ -51,6 +53,7 @@ pub struct Shared {
     pub upstream: upstream::Upstream,
     pub scripts: Arc<Scripts>,
     pub events: Arc<cache::EventCache>,
+    pub per_fan: Arc<per_fan::PerFan>,
 }
 
 /// The Lua scripts of the hot paths, loaded once (EVALSHA after the first call).
@@ -63,7 +66,9 @@ impl AppState {
     pub fn new(redis: ConnectionManager, keys: KeySet, config: Config) -> anyhow::Result<Self> {
         let upstream = upstream::Upstream::new(&config)?;
         let events = Arc::new(cache::EventCache::new(Duration::from_millis(config.event_cache_ms)));
+        let per_fan = Arc::new(per_fan::PerFan::new(config.per_fan_rate, config.per_fan_burst));
         Ok(Self(Arc::new(Shared {
+            per_fan,
             redis,
             keys,
             events,
@@ -96,6 +101,7 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    state.per_fan.clone().spawn_sweeper(Duration::from_secs(60));
     axum::serve(listener, edge::with_peers(app(state))).with_graceful_shutdown(shutdown).await?;
     Ok(())
 }

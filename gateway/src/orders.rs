@@ -84,6 +84,7 @@ async fn buy(
     headers: HeaderMap,
     Json(request): Json<BuyRequest>,
 ) -> Result<Response, Problem> {
+    state.per_fan.check(&event_id, &claims.sub)?;
     let idempotency_key = idempotency_key(&headers)?;
     if request.quantity < 1 {
         return Err(invalid_quantity("quantity must be at least 1"));

@@ -85,6 +85,7 @@ async fn join(
             "fan_id must be 1-64 characters of A-Z, a-z, 0-9 and . _ @ + -",
         ));
     }
+    state.per_fan.check(&event_id, &request.fan_id)?;
     let event = state.events.get(&state.redis, &keys, &event_id).await.map_err(redis_down)?.ok_or_else(unknown_event)?;
     let config = &event.config;
     let now = now_ms();
@@ -168,6 +169,7 @@ async fn status(State(state): State<AppState>, Path(event_id): Path<String>, hea
         .keys
         .verify(ticket, TokenUse::Queue, Some(&event_id))
         .map_err(|e| Problem::unauthorized("invalid-ticket", e.to_string()))?;
+    state.per_fan.check(&event_id, &claims.sub)?;
     let event = state.events.get(&state.redis, &keys, &event_id).await.map_err(redis_down)?.ok_or_else(unknown_event)?;
     if event.sold_out() {
         return Err(sold_out());

@@ -41,6 +41,8 @@ async fn edge(tune: impl FnOnce(&mut gateway::Config)) -> Edge {
         event_cache_ms: 100,
         per_ip_rate: 1_000,
         per_ip_burst: 1_000,
+        per_fan_rate: 1_000_000,
+        per_fan_burst: 1_000_000,
         max_in_flight: 64,
         request_timeout_ms: 10_000,
         body_limit_bytes: 8192,
@@ -225,4 +227,35 @@ async fn the_bulkhead_bounds_calls_to_the_order_service() {
     // The waiting room is unaffected by the stuck order service.
     assert_eq!(edge.http.get(format!("{}/healthz", edge.url)).send().await.unwrap().status(), StatusCode::OK);
     stuck.abort();
+}
+
+#[tokio::test]
+async fn one_fan_past_its_quota_gets_429_while_others_pass() {
+    let edge = edge(|c| {
+        c.per_fan_rate = 1;
+        c.per_fan_burst = 2;
+    })
+    .await;
+    let join = |fan: &str| {
+        edge.http
+            .post(format!("{}/v1/events/ev/queue", edge.url))
+            .json(&serde_json::json!({ "fan_id": fan }))
+            .send()
+    };
+    for _ in 0..2 {
+        assert_eq!(join("greedy").await.unwrap().status(), StatusCode::NOT_FOUND, "no such event, but counted");
+    }
+    let (status, retry, slug) = problem(join("greedy").await.unwrap()).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::TOO_MANY_REQUESTS, "rate-limited"));
+    assert!(retry.is_some());
+    assert_eq!(join("patient").await.unwrap().status(), StatusCode::NOT_FOUND, "another fan is not limited");
+
+    // The status poll counts against the fan named by the verified ticket.
+    let ticket = edge.keys.sign(&Claims::new("boxoffice", "ev", "poller", TokenUse::Queue, now_s(), 600));
+    let poll = || edge.http.get(format!("{}/v1/events/ev/queue/status", edge.url)).bearer_auth(&ticket).send();
+    for _ in 0..2 {
+        poll().await.unwrap();
+    }
+    let (status, _, slug) = problem(poll().await.unwrap()).await;
+    assert_eq!((status, slug.as_str()), (StatusCode::TOO_MANY_REQUESTS, "rate-limited"));
 }

@@ -69,6 +69,8 @@ impl Room {
             event_cache_ms: 0,
             per_ip_rate: 1_000_000,
             per_ip_burst: 1_000_000,
+            per_fan_rate: 1_000_000,
+            per_fan_burst: 1_000_000,
             max_in_flight: 4096,
             request_timeout_ms: 10_000,
             body_limit_bytes: 8192,

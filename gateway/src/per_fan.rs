@@ -1,0 +1,69 @@
+//! Per-fan rate limit on join, status and purchase, keyed by event and fan id
+//! (from the verified token where there is one, from the body on join), so a
+//! fan behind a shared address is not punished for its neighbours and one fan
+//! cannot hammer the line from many addresses.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use boxoffice_contract::Problem;
+use governor::clock::{Clock, DefaultClock};
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
+
+pub struct PerFan {
+    limiter: RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock>,
+}
+
+impl PerFan {
+    pub fn new(per_second: u32, burst: u32) -> Self {
+        let quota = Quota::per_second(NonZeroU32::new(per_second.max(1)).expect("at least one"))
+            .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least one"));
+        Self { limiter: RateLimiter::keyed(quota) }
+    }
+
+    /// Takes one request from the fan's quota, or says how long to wait.
+    pub fn check(&self, event_id: &str, fan_id: &str) -> Result<(), Problem> {
+        let key = format!("{event_id}\n{fan_id}");
+        self.limiter.check_key(&key).map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            Problem::new(StatusCode::TOO_MANY_REQUESTS, "rate-limited", "too many requests for this fan; slow down")
+                .retry_after(wait.as_secs_f64().ceil() as u64)
+        })
+    }
+
+    /// Forgets fans whose quota is full again, so memory follows the active fans.
+    pub fn forget_idle(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+
+    /// Forgets idle fans every `every` until the process ends.
+    pub fn spawn_sweeper(self: std::sync::Arc<Self>, every: Duration) {
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            loop {
+                ticker.tick().await;
+                self.forget_idle();
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_fan_has_its_own_quota() {
+        let limit = PerFan::new(1, 2);
+        assert!(limit.check("ev", "a").is_ok());
+        assert!(limit.check("ev", "a").is_ok());
+        let refused = limit.check("ev", "a").unwrap_err();
+        assert_eq!((refused.status, refused.slug()), (429, "rate-limited"));
+        assert!(refused.retry_after.unwrap() >= 1);
+        assert!(limit.check("ev", "b").is_ok(), "another fan is not affected");
+        assert!(limit.check("other", "a").is_ok(), "nor the same fan at another event");
+    }
+}
