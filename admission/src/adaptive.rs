@@ -34,11 +34,17 @@ pub enum Verdict {
 
 /// The next rate, and why: the additive-increase / multiplicative-decrease step.
 pub fn next_rate(current: f64, policy: &Adaptive, health: &PipelineHealth) -> (f64, Verdict) {
-    let verdict = if health.order_latency_p95_ms.is_some_and(|l| l > policy.max_order_latency_ms) {
+    let verdict = if health
+        .order_latency_p95_ms
+        .is_some_and(|l| l > policy.max_order_latency_ms)
+    {
         Verdict::SlowOrders
     } else if health.outbox_backlog > policy.max_outbox_backlog {
         Verdict::OutboxBacklog
-    } else if health.consumer_lag.is_some_and(|l| l > policy.max_consumer_lag) {
+    } else if health
+        .consumer_lag
+        .is_some_and(|l| l > policy.max_consumer_lag)
+    {
         Verdict::ConsumerLag
     } else {
         Verdict::Healthy
@@ -62,7 +68,14 @@ pub struct Controller {
 impl Controller {
     async fn health(&self) -> anyhow::Result<PipelineHealth> {
         let url = format!("{}/internal/health", self.order_service_url);
-        Ok(self.http.get(url).send().await?.error_for_status()?.json().await?)
+        Ok(self
+            .http
+            .get(url)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
     }
 
     /// One adjustment of every adaptive event this replica leads; returns the
@@ -75,12 +88,20 @@ impl Controller {
         for event in events {
             let keys = EventKeys::new(&self.prefix, &event);
             let (leader, fields): (Option<String>, std::collections::HashMap<String, String>) =
-                redis::pipe().get(keys.lease()).hgetall(keys.config()).query_async(&mut redis).await?;
+                redis::pipe()
+                    .get(keys.lease())
+                    .hgetall(keys.config())
+                    .query_async(&mut redis)
+                    .await?;
             if leader.as_deref() != Some(self.replica.as_str()) {
                 continue;
             }
-            let Some(config) = EventConfig::from_fields(&fields) else { continue };
-            let Some(policy) = config.adaptive else { continue };
+            let Some(config) = EventConfig::from_fields(&fields) else {
+                continue;
+            };
+            let Some(policy) = config.adaptive else {
+                continue;
+            };
             let health = match health {
                 Some(h) => h,
                 None => *health.insert(self.health().await?),
@@ -116,28 +137,63 @@ mod tests {
     use super::*;
 
     fn policy() -> Adaptive {
-        Adaptive { floor: 10.0, ceiling: 110.0, max_order_latency_ms: 500.0, max_outbox_backlog: 100, max_consumer_lag: 1_000 }
+        Adaptive {
+            floor: 10.0,
+            ceiling: 110.0,
+            max_order_latency_ms: 500.0,
+            max_outbox_backlog: 100,
+            max_consumer_lag: 1_000,
+        }
     }
 
     #[test]
     fn healthy_pipelines_get_five_percent_of_the_band_more() {
-        assert_eq!(next_rate(50.0, &policy(), &PipelineHealth::default()), (55.0, Verdict::Healthy));
-        assert_eq!(next_rate(108.0, &policy(), &PipelineHealth::default()).0, 110.0, "never above the ceiling");
+        assert_eq!(
+            next_rate(50.0, &policy(), &PipelineHealth::default()),
+            (55.0, Verdict::Healthy)
+        );
+        assert_eq!(
+            next_rate(108.0, &policy(), &PipelineHealth::default()).0,
+            110.0,
+            "never above the ceiling"
+        );
     }
 
     #[test]
     fn any_crossed_threshold_halves_the_rate_down_to_the_floor() {
-        let slow = PipelineHealth { order_latency_p95_ms: Some(900.0), ..Default::default() };
-        assert_eq!(next_rate(80.0, &policy(), &slow), (40.0, Verdict::SlowOrders));
-        let backlog = PipelineHealth { outbox_backlog: 101, ..Default::default() };
-        assert_eq!(next_rate(80.0, &policy(), &backlog), (40.0, Verdict::OutboxBacklog));
-        let lag = PipelineHealth { consumer_lag: Some(5_000), ..Default::default() };
-        assert_eq!(next_rate(15.0, &policy(), &lag), (10.0, Verdict::ConsumerLag));
+        let slow = PipelineHealth {
+            order_latency_p95_ms: Some(900.0),
+            ..Default::default()
+        };
+        assert_eq!(
+            next_rate(80.0, &policy(), &slow),
+            (40.0, Verdict::SlowOrders)
+        );
+        let backlog = PipelineHealth {
+            outbox_backlog: 101,
+            ..Default::default()
+        };
+        assert_eq!(
+            next_rate(80.0, &policy(), &backlog),
+            (40.0, Verdict::OutboxBacklog)
+        );
+        let lag = PipelineHealth {
+            consumer_lag: Some(5_000),
+            ..Default::default()
+        };
+        assert_eq!(
+            next_rate(15.0, &policy(), &lag),
+            (10.0, Verdict::ConsumerLag)
+        );
     }
 
     #[test]
     fn unknown_signals_do_not_count_as_trouble() {
-        let quiet = PipelineHealth { order_latency_p95_ms: None, consumer_lag: None, ..Default::default() };
+        let quiet = PipelineHealth {
+            order_latency_p95_ms: None,
+            consumer_lag: None,
+            ..Default::default()
+        };
         assert_eq!(next_rate(10.0, &policy(), &quiet).1, Verdict::Healthy);
     }
 }

@@ -51,7 +51,13 @@ fn export(event: &str, gauges: &Gauges, leader: bool) {
 }
 
 impl Admitter {
-    pub fn new(redis: ConnectionManager, prefix: &str, replica: &str, lease: Duration, tick: Duration) -> Self {
+    pub fn new(
+        redis: ConnectionManager,
+        prefix: &str,
+        replica: &str,
+        lease: Duration,
+        tick: Duration,
+    ) -> Self {
         Self {
             redis,
             prefix: prefix.to_owned(),
@@ -68,12 +74,22 @@ impl Admitter {
     }
 
     /// One tick, and the event's gauges after it.
-    pub async fn tick_with_gauges(&self, event_id: &str, now_ms: i64) -> redis::RedisResult<(Tick, Gauges)> {
+    pub async fn tick_with_gauges(
+        &self,
+        event_id: &str,
+        now_ms: i64,
+    ) -> redis::RedisResult<(Tick, Gauges)> {
         let keys = EventKeys::new(&self.prefix, event_id);
         let mut redis = self.redis.clone();
         // A late tick may count up to two ticks' time; more would burst after a stall.
         let longest = 2 * self.tick.as_millis() as u64;
-        let (admitted, active, queue_length, admitted_total, rate_milli): (i64, u64, u64, u64, i64) = self
+        let (admitted, active, queue_length, admitted_total, rate_milli): (
+            i64,
+            u64,
+            u64,
+            u64,
+            i64,
+        ) = self
             .script
             .key(keys.config())
             .key(keys.queue())
@@ -91,9 +107,17 @@ impl Admitter {
         let tick = if admitted < 0 {
             Tick::Follower
         } else {
-            Tick::Led { admitted: admitted as u64, active }
+            Tick::Led {
+                admitted: admitted as u64,
+                active,
+            }
         };
-        let gauges = Gauges { active, queue_length, admitted_total, rate: rate_milli as f64 / 1000.0 };
+        let gauges = Gauges {
+            active,
+            queue_length,
+            admitted_total,
+            rate: rate_milli as f64 / 1000.0,
+        };
         Ok((tick, gauges))
     }
 
@@ -138,13 +162,20 @@ impl Admitter {
     /// Gives up our leases at shutdown so a standby takes over at once.
     async fn release_leases(&self) {
         let mut redis = self.redis.clone();
-        let events: Vec<String> = redis.smembers(events_key(&self.prefix)).await.unwrap_or_default();
+        let events: Vec<String> = redis
+            .smembers(events_key(&self.prefix))
+            .await
+            .unwrap_or_default();
         let release = Script::new(
             "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
         );
         for event in events {
             let keys = EventKeys::new(&self.prefix, &event);
-            let _: redis::RedisResult<i32> = release.key(keys.lease()).arg(&self.replica).invoke_async(&mut redis).await;
+            let _: redis::RedisResult<i32> = release
+                .key(keys.lease())
+                .arg(&self.replica)
+                .invoke_async(&mut redis)
+                .await;
         }
     }
 }

@@ -12,12 +12,12 @@ use std::collections::HashMap;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, Request, State};
-use boxoffice_contract::capacity::{self, Demand, Plan};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use boxoffice_contract::capacity::{self, Demand, Plan};
 use boxoffice_contract::event::{now_ms, Adaptive, EventConfig, EventState, FIFO_BASE};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{events_key, valid_event_id, EventKeys};
@@ -34,11 +34,17 @@ pub fn router(state: AppState) -> Router {
             "/admin/v1/events/{event_id}",
             get(get_event).put(put_event).patch(patch_event),
         )
-        .route("/admin/v1/events/{event_id}/admissions/{fan_id}", axum::routing::delete(revoke))
+        .route(
+            "/admin/v1/events/{event_id}/admissions/{fan_id}",
+            axum::routing::delete(revoke),
+        )
         .route("/admin/v1/capacity", get(capacity))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/metrics", get(boxoffice_contract::telemetry::metrics_endpoint))
+        .route(
+            "/metrics",
+            get(boxoffice_contract::telemetry::metrics_endpoint),
+        )
         .route("/readyz", get(readyz));
     boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
 }
@@ -55,25 +61,39 @@ async fn require_admin(State(state): State<AppState>, request: Request, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match presented {
-        Some(token) if same_secret(token.as_bytes(), state.config.admin_token.as_bytes()) => next.run(request).await,
-        _ => Problem::unauthorized("unauthorized", "send Authorization: Bearer <admin token>").into_response(),
+        Some(token) if same_secret(token.as_bytes(), state.config.admin_token.as_bytes()) => {
+            next.run(request).await
+        }
+        _ => Problem::unauthorized("unauthorized", "send Authorization: Bearer <admin token>")
+            .into_response(),
     }
 }
 
 fn invalid(field: &str, rule: &str) -> Problem {
-    Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", format!("{field}: {rule}"))
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-field",
+        format!("{field}: {rule}"),
+    )
 }
 
 fn redis_down(error: redis::RedisError) -> Problem {
     tracing::error!(%error, "redis error");
-    Problem::unavailable("upstream-unavailable", "the waiting-room store is unavailable", 1)
+    Problem::unavailable(
+        "upstream-unavailable",
+        "the waiting-room store is unavailable",
+        1,
+    )
 }
 
 fn event_path(event_id: &str) -> Result<EventKeys, Problem> {
     if valid_event_id(event_id) {
         Ok(EventKeys::new("", event_id))
     } else {
-        Err(invalid("event_id", "1-64 characters of A-Z, a-z, 0-9, '-' and '_'"))
+        Err(invalid(
+            "event_id",
+            "1-64 characters of A-Z, a-z, 0-9, '-' and '_'",
+        ))
     }
 }
 
@@ -104,12 +124,18 @@ pub struct EventSpec {
 }
 
 fn check_adaptive(a: &Adaptive) -> Result<(), Problem> {
-    check_rate(a.floor).map_err(|_| invalid("adaptive.floor", "greater than 0 and at most 100000"))?;
-    check_rate(a.ceiling).map_err(|_| invalid("adaptive.ceiling", "greater than 0 and at most 100000"))?;
+    check_rate(a.floor)
+        .map_err(|_| invalid("adaptive.floor", "greater than 0 and at most 100000"))?;
+    check_rate(a.ceiling)
+        .map_err(|_| invalid("adaptive.ceiling", "greater than 0 and at most 100000"))?;
     if a.floor > a.ceiling {
         return Err(invalid("adaptive.floor", "not above adaptive.ceiling"));
     }
-    if !(a.max_order_latency_ms > 0.0) || a.max_outbox_backlog < 0 || a.max_consumer_lag < 0 {
+    if a.max_order_latency_ms.is_nan()
+        || a.max_order_latency_ms <= 0.0
+        || a.max_outbox_backlog < 0
+        || a.max_consumer_lag < 0
+    {
         return Err(invalid("adaptive", "thresholds must be positive"));
     }
     Ok(())
@@ -160,7 +186,9 @@ impl EventSpec {
             return Err(invalid("price_cents", "not negative"));
         }
         let opens_at_ms = self.opens_at.timestamp_millis();
-        let prequeue_at_ms = self.prequeue_at.map_or(opens_at_ms, |t| t.timestamp_millis());
+        let prequeue_at_ms = self
+            .prequeue_at
+            .map_or(opens_at_ms, |t| t.timestamp_millis());
         if prequeue_at_ms > opens_at_ms {
             return Err(invalid("prequeue_at", "not after opens_at"));
         }
@@ -178,7 +206,10 @@ impl EventSpec {
             paused: false,
             closed: false,
             shuffle_seed: boxoffice_contract::event::new_seed(),
-            adaptive: self.adaptive.map(|a| check_adaptive(&a).map(|()| a)).transpose()?,
+            adaptive: self
+                .adaptive
+                .map(|a| check_adaptive(&a).map(|()| a))
+                .transpose()?,
         })
     }
 }
@@ -187,7 +218,10 @@ fn check_rate(rate: f64) -> Result<(), Problem> {
     if rate.is_finite() && rate > 0.0 && rate <= MAX_RATE {
         Ok(())
     } else {
-        Err(invalid("admission_rate_per_s", "greater than 0 and at most 100000"))
+        Err(invalid(
+            "admission_rate_per_s",
+            "greater than 0 and at most 100000",
+        ))
     }
 }
 
@@ -237,22 +271,41 @@ async fn put_event(
     event_path(&event_id)?;
     let mut config = spec.validate()?;
     // Inventory first: Postgres is the truth, and it refuses a capacity below what is sold.
-    let url = format!("{}/internal/events/{event_id}", state.config.order_service_url);
+    let url = format!(
+        "{}/internal/events/{event_id}",
+        state.config.order_service_url
+    );
     let body = serde_json::json!({ "name": config.name, "capacity": config.capacity, "price_cents": config.price_cents });
-    let response = state.http.put(url).json(&body).send().await.map_err(|error| {
-        tracing::error!(%error, "order service unreachable");
-        Problem::unavailable("upstream-unavailable", "the order service is unavailable", 2)
-    })?;
+    let response = state
+        .http
+        .put(url)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "order service unreachable");
+            Problem::unavailable(
+                "upstream-unavailable",
+                "the order service is unavailable",
+                2,
+            )
+        })?;
     if !response.status().is_success() {
         let status = response.status();
-        let problem: Problem = response.json().await.unwrap_or_else(|_| Problem::internal());
+        let problem: Problem = response
+            .json()
+            .await
+            .unwrap_or_else(|_| Problem::internal());
         tracing::warn!(%status, %problem, "order service refused the event");
         return Err(problem);
     }
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
     // A replaced event keeps its shuffle seed: its commitment may already be public.
-    let seed: Option<String> = redis.hget(keys.config(), "seed").await.map_err(redis_down)?;
+    let seed: Option<String> = redis
+        .hget(keys.config(), "seed")
+        .await
+        .map_err(redis_down)?;
     let existed = seed.is_some();
     if let Some(seed) = seed.filter(|s| !s.is_empty()) {
         config.shuffle_seed = seed;
@@ -262,9 +315,15 @@ async fn put_event(
         .del(keys.config())
         .hset_multiple(keys.config(), &config.to_fields())
         .sadd(events_key(&state.config.redis_prefix), &event_id);
-    pipe.query_async::<()>(&mut redis).await.map_err(redis_down)?;
+    pipe.query_async::<()>(&mut redis)
+        .await
+        .map_err(redis_down)?;
     let view = view(&state, &event_id).await?;
-    let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
     Ok((status, axum::Json(view)).into_response())
 }
 
@@ -295,7 +354,11 @@ async fn patch_event(
     event_path(&event_id)?;
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
-    if !redis.exists::<_, bool>(keys.config()).await.map_err(redis_down)? {
+    if !redis
+        .exists::<_, bool>(keys.config())
+        .await
+        .map_err(redis_down)?
+    {
         return Err(Problem::not_found("unknown-event", "no such event"));
     }
     let mut fields: Vec<(&str, String)> = Vec::new();
@@ -324,18 +387,30 @@ async fn patch_event(
         Some(None) => fields.push(("adaptive", String::new())),
         Some(Some(policy)) => {
             check_adaptive(&policy)?;
-            fields.push(("adaptive", serde_json::to_string(&policy).expect("plain struct")));
+            fields.push((
+                "adaptive",
+                serde_json::to_string(&policy).expect("plain struct"),
+            ));
         }
     }
     if fields.is_empty() {
-        return Err(invalid("body", "name at least one of admission_rate_per_s, max_active, paused, state, adaptive"));
+        return Err(invalid(
+            "body",
+            "name at least one of admission_rate_per_s, max_active, paused, state, adaptive",
+        ));
     }
-    redis.hset_multiple::<_, _, _, ()>(keys.config(), &fields).await.map_err(redis_down)?;
+    redis
+        .hset_multiple::<_, _, _, ()>(keys.config(), &fields)
+        .await
+        .map_err(redis_down)?;
     tracing::info!(%event_id, ?fields, "event tuned");
     Ok(axum::Json(view(&state, &event_id).await?))
 }
 
-async fn get_event(State(state): State<AppState>, Path(event_id): Path<String>) -> Result<axum::Json<EventView>, Problem> {
+async fn get_event(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+) -> Result<axum::Json<EventView>, Problem> {
     event_path(&event_id)?;
     Ok(axum::Json(view(&state, &event_id).await?))
 }
@@ -363,10 +438,13 @@ async fn view(state: &AppState, event_id: &str) -> Result<EventView, Problem> {
         .query_async(&mut redis)
         .await
         .map_err(redis_down)?;
-    let config = EventConfig::from_fields(&fields).ok_or_else(|| Problem::not_found("unknown-event", "no such event"))?;
+    let config = EventConfig::from_fields(&fields)
+        .ok_or_else(|| Problem::not_found("unknown-event", "no such event"))?;
     let oldest_wait_s = match head.first() {
         None => 0.0,
-        Some((_, score)) if *score < FIFO_BASE as f64 => (now - config.prequeue_at_ms).max(0) as f64 / 1000.0,
+        Some((_, score)) if *score < FIFO_BASE as f64 => {
+            (now - config.prequeue_at_ms).max(0) as f64 / 1000.0
+        }
         Some((_, score)) => {
             let seq = *score as u64 - FIFO_BASE;
             // The newest sample at or before the head's sequence: when the line reached it.
@@ -415,14 +493,20 @@ pub fn rate_over(samples: &[String]) -> f64 {
         let (t, n) = s.split_once(':')?;
         Some((t.parse().ok()?, n.parse().ok()?))
     };
-    match (samples.first().and_then(parse), samples.last().and_then(parse)) {
+    match (
+        samples.first().and_then(parse),
+        samples.last().and_then(parse),
+    ) {
         (Some((t1, n1)), Some((t0, n0))) if t1 > t0 => (n1 - n0) / ((t1 - t0) / 1000.0),
         _ => 0.0,
     }
 }
 
 async fn seats(state: &AppState, event_id: &str) -> Option<Seats> {
-    let url = format!("{}/internal/events/{event_id}", state.config.order_service_url);
+    let url = format!(
+        "{}/internal/events/{event_id}",
+        state.config.order_service_url
+    );
     let response = state.http.get(url).send().await.ok()?;
     if !response.status().is_success() {
         return None;
@@ -438,9 +522,15 @@ async fn revoke(
     event_path(&event_id)?;
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
-    let expiry: Option<f64> = redis.zscore(keys.active(), &fan_id).await.map_err(redis_down)?;
+    let expiry: Option<f64> = redis
+        .zscore(keys.active(), &fan_id)
+        .await
+        .map_err(redis_down)?;
     let Some(expiry) = expiry.map(|e| e as i64) else {
-        return Err(Problem::not_found("not-admitted", "this fan holds no admission"));
+        return Err(Problem::not_found(
+            "not-admitted",
+            "this fan holds no admission",
+        ));
     };
     let jti = boxoffice_contract::token::admission_jti(&event_id, &fan_id, expiry);
     // Long enough to outlive the token it revokes.
@@ -455,7 +545,10 @@ async fn revoke(
         .await
         .map_err(redis_down)?;
     if revoked == 0 {
-        return Err(Problem::not_found("not-admitted", "this fan holds no admission"));
+        return Err(Problem::not_found(
+            "not-admitted",
+            "this fan holds no admission",
+        ));
     }
     tracing::info!(%event_id, %fan_id, "admission revoked");
     Ok(StatusCode::NO_CONTENT)
@@ -463,7 +556,9 @@ async fn revoke(
 
 /// `GET /admin/v1/capacity?arrival_rate=…&service_time_ms=…[&utilization=0.7]
 /// [&per_partition_rate=1000][&per_consumer_rate=…][&spike_rate=…&spike_s=…]`
-async fn capacity(query: Result<Query<Demand>, QueryRejection>) -> Result<axum::Json<Plan>, Problem> {
+async fn capacity(
+    query: Result<Query<Demand>, QueryRejection>,
+) -> Result<axum::Json<Plan>, Problem> {
     let Query(demand) = query.map_err(|e| Problem::bad_request(e.body_text()))?;
     capacity::plan(&demand)
         .map(axum::Json)
@@ -500,10 +595,18 @@ mod tests {
     fn out_of_range_values_name_their_field() {
         let mut bad = spec();
         bad.admission_rate_per_s = -1.0;
-        assert!(bad.validate().unwrap_err().detail.starts_with("admission_rate_per_s"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .detail
+            .starts_with("admission_rate_per_s"));
         let mut bad = spec();
         bad.prequeue_at = Some("2026-01-02T00:00:00Z".parse().unwrap());
-        assert!(bad.validate().unwrap_err().detail.starts_with("prequeue_at"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .detail
+            .starts_with("prequeue_at"));
         let mut bad = spec();
         bad.per_fan_limit = 0;
         assert_eq!(bad.validate().unwrap_err().status, 422);
@@ -511,7 +614,10 @@ mod tests {
 
     #[test]
     fn the_admission_rate_comes_from_the_oldest_and_newest_samples() {
-        let samples: Vec<String> = ["61000:130", "31000:70", "1000:10"].iter().map(|s| s.to_string()).collect();
+        let samples: Vec<String> = ["61000:130", "31000:70", "1000:10"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         assert!((rate_over(&samples) - 2.0).abs() < 1e-9);
         assert_eq!(rate_over(&samples[..1]), 0.0);
         assert_eq!(rate_over(&[]), 0.0);

@@ -10,9 +10,20 @@ use serde_json::{json, Map, Value};
 #[derive(Debug, Clone, Args)]
 pub struct Admin {
     /// Base URL of the admission service.
-    #[arg(long, env = "BOXOFFICE_ADMIN_URL", default_value = "http://127.0.0.1:8081", global = true)]
+    #[arg(
+        long,
+        env = "BOXOFFICE_ADMIN_URL",
+        default_value = "http://127.0.0.1:8081",
+        global = true
+    )]
     pub admin_url: String,
-    #[arg(long, env = "BOXOFFICE_ADMIN_TOKEN", hide_env_values = true, global = true, default_value = "")]
+    #[arg(
+        long,
+        env = "BOXOFFICE_ADMIN_TOKEN",
+        hide_env_values = true,
+        global = true,
+        default_value = ""
+    )]
     pub admin_token: String,
 }
 
@@ -87,9 +98,26 @@ fn insert_some<T: Into<Value>>(body: &mut Map<String, Value>, key: &str, value: 
 
 pub async fn event(admin: &Admin, command: EventCommand) -> anyhow::Result<Value> {
     let client = reqwest::Client::new();
-    let url = |id: &str| format!("{}/admin/v1/events/{id}", admin.admin_url.trim_end_matches('/'));
+    let url = |id: &str| {
+        format!(
+            "{}/admin/v1/events/{id}",
+            admin.admin_url.trim_end_matches('/')
+        )
+    };
     let request = match command {
-        EventCommand::Create { id, name, capacity, opens_at, prequeue_at, rate, max_active, access_ttl_s, per_fan_limit, max_queue, price_cents } => {
+        EventCommand::Create {
+            id,
+            name,
+            capacity,
+            opens_at,
+            prequeue_at,
+            rate,
+            max_active,
+            access_ttl_s,
+            per_fan_limit,
+            max_queue,
+            price_cents,
+        } => {
             let mut body = Map::new();
             body.insert("name".into(), json!(name));
             body.insert("capacity".into(), json!(capacity));
@@ -103,7 +131,12 @@ pub async fn event(admin: &Admin, command: EventCommand) -> anyhow::Result<Value
             insert_some(&mut body, "price_cents", price_cents);
             client.put(url(&id)).json(&body)
         }
-        EventCommand::Update { id, rate, max_active, state } => {
+        EventCommand::Update {
+            id,
+            rate,
+            max_active,
+            state,
+        } => {
             let mut body = Map::new();
             insert_some(&mut body, "admission_rate_per_s", rate);
             insert_some(&mut body, "max_active", max_active);
@@ -131,17 +164,32 @@ pub async fn capacity(admin: &Admin, args: CapacityArgs) -> anyhow::Result<Value
             query.push((key, value));
         }
     }
-    let url = format!("{}/admin/v1/capacity", admin.admin_url.trim_end_matches('/'));
-    send(reqwest::Client::new().get(url).query(&query).bearer_auth(&admin.admin_token)).await
+    let url = format!(
+        "{}/admin/v1/capacity",
+        admin.admin_url.trim_end_matches('/')
+    );
+    send(
+        reqwest::Client::new()
+            .get(url)
+            .query(&query)
+            .bearer_auth(&admin.admin_token),
+    )
+    .await
 }
 
 async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
     let response = request.send().await.context("calling the admin API")?;
     let status = response.status();
-    let text = response.text().await.context("reading the admin API's answer")?;
+    let text = response
+        .text()
+        .await
+        .context("reading the admin API's answer")?;
     let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
     if !status.is_success() {
-        bail!("{status}: {}", body["detail"].as_str().unwrap_or("no detail"));
+        bail!(
+            "{status}: {}",
+            body["detail"].as_str().unwrap_or("no detail")
+        );
     }
     Ok(body)
 }

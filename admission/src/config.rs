@@ -3,7 +3,11 @@
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "admission", version, about = "BoxOffice admission loop and admin API")]
+#[command(
+    name = "admission",
+    version,
+    about = "BoxOffice admission loop and admin API"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -43,7 +47,11 @@ pub struct Config {
     #[arg(long, env = "BOXOFFICE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: String,
     /// Base URL of the order service's internal API.
-    #[arg(long, env = "ORDER_SERVICE_URL", default_value = "http://127.0.0.1:8082")]
+    #[arg(
+        long,
+        env = "ORDER_SERVICE_URL",
+        default_value = "http://127.0.0.1:8082"
+    )]
     pub order_service_url: String,
     /// Admission tick; the contract allows at most 100 ms.
     #[arg(long, env = "BOXOFFICE_TICK_MS", default_value_t = 100)]
@@ -60,7 +68,11 @@ impl Config {
     pub fn replica_id(&self) -> String {
         self.replica.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "admission".into());
-            format!("{host}-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())
+            format!(
+                "{host}-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            )
         })
     }
 }

@@ -40,7 +40,12 @@ impl AppState {
             .timeout(std::time::Duration::from_secs(5))
             .build()?;
         let replica = config.replica_id();
-        Ok(Self { redis, config: Arc::new(config), http, replica })
+        Ok(Self {
+            redis,
+            config: Arc::new(config),
+            http,
+            replica,
+        })
     }
 }
 
@@ -66,7 +71,8 @@ pub async fn serve(
         http: state.http.clone(),
         order_service_url: state.config.order_service_url.clone(),
     };
-    let adapt_task = tokio::spawn(controller.run(std::time::Duration::from_secs(1), cancel.clone()));
+    let adapt_task =
+        tokio::spawn(controller.run(std::time::Duration::from_secs(1), cancel.clone()));
     let server_cancel = cancel.clone();
     axum::serve(listener, api::router(state))
         .with_graceful_shutdown(async move {

@@ -9,7 +9,9 @@ async fn main() -> anyhow::Result<()> {
     let printed = match Cli::parse().command {
         Command::Serve(config) => {
             let client = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
-            let redis = redis::aio::ConnectionManager::new(client).await.context("connecting to Redis")?;
+            let redis = redis::aio::ConnectionManager::new(client)
+                .await
+                .context("connecting to Redis")?;
             let listener = tokio::net::TcpListener::bind(&config.listen)
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;

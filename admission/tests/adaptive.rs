@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
 async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url.clone()).unwrap()).await.unwrap();
+    let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
+        .await
+        .unwrap();
     let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
 
     // The order service, with no relay, so outbox rows stay unpublished until we say.
@@ -43,7 +45,9 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
     };
     let cancel = CancellationToken::new();
     let stop = cancel.clone();
-    let server = tokio::spawn(order_service::serve(listener, state, async move { stop.cancelled().await }));
+    let server = tokio::spawn(order_service::serve(listener, state, async move {
+        stop.cancelled().await
+    }));
 
     let keys = EventKeys::new(&prefix, "ev");
     let event = EventConfig {
@@ -60,9 +64,18 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
         paused: false,
         closed: false,
         shuffle_seed: "seed".into(),
-        adaptive: Some(Adaptive { floor: 5.0, ceiling: 45.0, max_order_latency_ms: 60_000.0, max_outbox_backlog: 10, max_consumer_lag: 1_000_000 }),
+        adaptive: Some(Adaptive {
+            floor: 5.0,
+            ceiling: 45.0,
+            max_order_latency_ms: 60_000.0,
+            max_outbox_backlog: 10,
+            max_consumer_lag: 1_000_000,
+        }),
     };
-    let _: () = redis.hset_multiple(keys.config(), &event.to_fields()).await.unwrap();
+    let _: () = redis
+        .hset_multiple(keys.config(), &event.to_fields())
+        .await
+        .unwrap();
     let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
     let _: () = redis.set(keys.lease(), "a").await.unwrap();
 
@@ -81,16 +94,36 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
         http: reqwest::Client::new(),
         order_service_url: order_service_url.clone(),
     };
-    assert!(controller("b").adjust().await.unwrap().is_empty(), "only the leader adapts");
+    assert!(
+        controller("b").adjust().await.unwrap().is_empty(),
+        "only the leader adapts"
+    );
     let leader = controller("a");
     let rate = |changes: Vec<(String, f64, f64, Verdict)>| changes.first().map(|c| (c.2, c.3));
-    assert_eq!(rate(leader.adjust().await.unwrap()), Some((20.0, Verdict::OutboxBacklog)));
-    assert_eq!(rate(leader.adjust().await.unwrap()), Some((10.0, Verdict::OutboxBacklog)));
-    assert_eq!(rate(leader.adjust().await.unwrap()), Some((5.0, Verdict::OutboxBacklog)), "down to the floor");
+    assert_eq!(
+        rate(leader.adjust().await.unwrap()),
+        Some((20.0, Verdict::OutboxBacklog))
+    );
+    assert_eq!(
+        rate(leader.adjust().await.unwrap()),
+        Some((10.0, Verdict::OutboxBacklog))
+    );
+    assert_eq!(
+        rate(leader.adjust().await.unwrap()),
+        Some((5.0, Verdict::OutboxBacklog)),
+        "down to the floor"
+    );
     assert_eq!(rate(leader.adjust().await.unwrap()), None, "and no lower");
 
-    sqlx::query("UPDATE outbox SET published_at = now()").execute(&pool).await.unwrap();
-    assert_eq!(rate(leader.adjust().await.unwrap()), Some((7.0, Verdict::Healthy)), "+5 % of the 5..45 band");
+    sqlx::query("UPDATE outbox SET published_at = now()")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        rate(leader.adjust().await.unwrap()),
+        Some((7.0, Verdict::Healthy)),
+        "+5 % of the 5..45 band"
+    );
     let stored: String = redis.hget(keys.config(), "rate").await.unwrap();
     assert_eq!(stored, "7", "the next tick admits at the new rate");
 

@@ -7,7 +7,9 @@ use tower::ServiceExt;
 
 async fn redis() -> redis::aio::ConnectionManager {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap()
+    redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap())
+        .await
+        .unwrap()
 }
 
 async fn app() -> axum::Router {
@@ -33,9 +35,18 @@ async fn call(app: axum::Router, uri: &str, token: Option<&str>) -> (StatusCode,
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
     }
-    let response = app.oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
+    let response = app
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
     let status = response.status();
-    (status, axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap().to_vec())
+    (
+        status,
+        axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
 }
 
 async fn get(uri: &str, token: Option<&str>) -> (StatusCode, Value) {
@@ -70,24 +81,49 @@ async fn ops_see_live_stats_and_prometheus_metrics() {
         shuffle_seed: "seed".into(),
         adaptive: None,
     };
-    let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
+    let _: () = redis
+        .hset_multiple(keys.config(), &config.to_fields())
+        .await
+        .unwrap();
     let _: () = redis.sadd(events_key(&prefix), &event).await.unwrap();
-    let fans: Vec<(u64, String)> = (1..=100).map(|i| (FIFO_BASE + i, format!("fan-{i}"))).collect();
+    let fans: Vec<(u64, String)> = (1..=100)
+        .map(|i| (FIFO_BASE + i, format!("fan-{i}")))
+        .collect();
     let _: () = redis.zadd_multiple(keys.queue(), &fans).await.unwrap();
     // As join.lua records it: the line reached sequence 1 five seconds ago.
-    let _: () = redis.zadd(keys.joins(), format!("1:{}", now - 5_000), 1).await.unwrap();
+    let _: () = redis
+        .zadd(keys.joins(), format!("1:{}", now - 5_000), 1)
+        .await
+        .unwrap();
 
     let app = app_with_prefix(&prefix).await;
     boxoffice_contract::telemetry::prometheus();
-    let admitter = admission::admitter::Admitter::new(redis.clone(), &prefix, "a", std::time::Duration::from_secs(1), std::time::Duration::from_millis(100));
+    let admitter = admission::admitter::Admitter::new(
+        redis.clone(),
+        &prefix,
+        "a",
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_millis(100),
+    );
     for tick in 0..=30 {
         admitter.tick_all(now + tick * 100).await.unwrap();
     }
 
-    let (status, body) = call(app.clone(), &format!("/admin/v1/events/{event}"), Some("admin")).await;
+    let (status, body) = call(
+        app.clone(),
+        &format!("/admin/v1/events/{event}"),
+        Some("admin"),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     let view: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!((view["admitted_total"].as_u64(), view["queue_length"].as_u64()), (Some(30), Some(70)));
+    assert_eq!(
+        (
+            view["admitted_total"].as_u64(),
+            view["queue_length"].as_u64()
+        ),
+        (Some(30), Some(70))
+    );
     assert_eq!(view["admit_rate_1m"], 10.0, "30 fans in 3 s");
     let waited = view["oldest_wait_s"].as_f64().unwrap();
     assert!((5.0..60.0).contains(&waited), "{waited}");
@@ -109,7 +145,11 @@ async fn ops_see_live_stats_and_prometheus_metrics() {
 
 #[tokio::test]
 async fn the_planner_applies_littles_law() {
-    let (status, plan) = get("/admin/v1/capacity?arrival_rate=200&service_time_ms=50&spike_rate=1000&spike_s=60", Some("admin")).await;
+    let (status, plan) = get(
+        "/admin/v1/capacity?arrival_rate=200&service_time_ms=50&spike_rate=1000&spike_s=60",
+        Some("admin"),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{plan}");
     assert_eq!(plan["workers"], 15);
     assert_eq!(plan["busy_workers"], 10.0);
@@ -119,7 +159,11 @@ async fn the_planner_applies_littles_law() {
 
 #[tokio::test]
 async fn the_planner_refuses_bad_input_clearly() {
-    let (status, body) = get("/admin/v1/capacity?arrival_rate=200&service_time_ms=50&utilization=2", Some("admin")).await;
+    let (status, body) = get(
+        "/admin/v1/capacity?arrival_rate=200&service_time_ms=50&utilization=2",
+        Some("admin"),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(body["detail"].as_str().unwrap().starts_with("utilization"));
     let (status, _) = get("/admin/v1/capacity?service_time_ms=50", Some("admin")).await;

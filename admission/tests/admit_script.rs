@@ -14,7 +14,9 @@ const T0: i64 = 1_900_000_000_000;
 
 async fn redis() -> ConnectionManager {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap()
+    ConnectionManager::new(redis::Client::open(url).unwrap())
+        .await
+        .unwrap()
 }
 
 struct Room {
@@ -45,25 +47,52 @@ impl Room {
             shuffle_seed: "seed".into(),
             adaptive: None,
         };
-        let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
-        let _: () = redis.hset_multiple(keys.stock(), &[("remaining", 1000), ("version", 1)]).await.unwrap();
+        let _: () = redis
+            .hset_multiple(keys.config(), &config.to_fields())
+            .await
+            .unwrap();
+        let _: () = redis
+            .hset_multiple(keys.stock(), &[("remaining", 1000), ("version", 1)])
+            .await
+            .unwrap();
         for i in 0..fans {
-            let _: () = redis.zadd(keys.queue(), format!("fan-{i}"), i).await.unwrap();
+            let _: () = redis
+                .zadd(keys.queue(), format!("fan-{i}"), i)
+                .await
+                .unwrap();
         }
-        Self { redis, prefix, keys }
+        Self {
+            redis,
+            prefix,
+            keys,
+        }
     }
 
     fn admitter(&self, replica: &str) -> Admitter {
-        Admitter::new(self.redis.clone(), &self.prefix, replica, Duration::from_millis(1_000), TICK)
+        Admitter::new(
+            self.redis.clone(),
+            &self.prefix,
+            replica,
+            Duration::from_millis(1_000),
+            TICK,
+        )
     }
 
     async fn set(&self, field: &str, value: &str) {
-        let _: () = self.redis.clone().hset(self.keys.config(), field, value).await.unwrap();
+        let _: () = self
+            .redis
+            .clone()
+            .hset(self.keys.config(), field, value)
+            .await
+            .unwrap();
     }
 
     async fn active(&self) -> Vec<String> {
         let mut redis = self.redis.clone();
-        let active: Vec<(String, f64)> = redis.zrange_withscores(self.keys.active(), 0, -1).await.unwrap();
+        let active: Vec<(String, f64)> = redis
+            .zrange_withscores(self.keys.active(), 0, -1)
+            .await
+            .unwrap();
         active.into_iter().map(|(fan, _)| fan).collect()
     }
 
@@ -79,7 +108,8 @@ impl Room {
 async fn run(admitter: &Admitter, from: i64, ticks: i64) -> u64 {
     let mut total = 0;
     for i in 0..=ticks {
-        if let Tick::Led { admitted, .. } = admitter.tick_event("ev", from + i * 100).await.unwrap() {
+        if let Tick::Led { admitted, .. } = admitter.tick_event("ev", from + i * 100).await.unwrap()
+        {
             total += admitted;
         }
     }
@@ -115,7 +145,13 @@ async fn a_stalled_tick_admits_at_most_two_ticks_worth() {
     admitter.tick_event("ev", T0).await.unwrap();
     // Ten seconds of silence (a leader change, a GC pause) must not release 100 fans at once.
     let tick = admitter.tick_event("ev", T0 + 10_000).await.unwrap();
-    assert_eq!(tick, Tick::Led { admitted: 2, active: 2 });
+    assert_eq!(
+        tick,
+        Tick::Led {
+            admitted: 2,
+            active: 2
+        }
+    );
     room.cleanup().await;
 }
 
@@ -128,7 +164,14 @@ async fn never_more_than_max_active_and_lapsed_slots_return() {
     // access_ttl_s is 60: past it, the three lapse and three more come in.
     let later = T0 + 61_000;
     let tick = admitter.tick_event("ev", later).await.unwrap();
-    assert_eq!(tick, Tick::Led { admitted: 3, active: 3 }, "the lapsed slots are refilled at once");
+    assert_eq!(
+        tick,
+        Tick::Led {
+            admitted: 3,
+            active: 3
+        },
+        "the lapsed slots are refilled at once"
+    );
     assert_eq!(run(&admitter, later + 100, 5).await, 0);
     assert_eq!(room.active().await, ["fan-3", "fan-4", "fan-5"]);
     room.cleanup().await;
@@ -138,10 +181,16 @@ async fn never_more_than_max_active_and_lapsed_slots_return() {
 async fn only_the_lease_holder_admits() {
     let room = Room::new(10.0, 1_000, 100).await;
     let (leader, standby) = (room.admitter("a"), room.admitter("b"));
-    assert!(matches!(leader.tick_event("ev", T0).await.unwrap(), Tick::Led { .. }));
+    assert!(matches!(
+        leader.tick_event("ev", T0).await.unwrap(),
+        Tick::Led { .. }
+    ));
     for i in 1..=10 {
         leader.tick_event("ev", T0 + i * 100).await.unwrap();
-        assert_eq!(standby.tick_event("ev", T0 + i * 100).await.unwrap(), Tick::Follower);
+        assert_eq!(
+            standby.tick_event("ev", T0 + i * 100).await.unwrap(),
+            Tick::Follower
+        );
     }
     assert_eq!(room.active().await.len(), 10, "two replicas, one rate");
     room.cleanup().await;
@@ -160,10 +209,23 @@ async fn nothing_is_admitted_when_paused_closed_sold_out_or_not_yet_open() {
     room.set("opens_at_ms", &(T0 + 60_000).to_string()).await;
     assert_eq!(run(&admitter, T0 + 2_000, 5).await, 0);
     room.set("opens_at_ms", &T0.to_string()).await;
-    let _: () = room.redis.clone().hset(room.keys.stock(), "remaining", 0).await.unwrap();
+    let _: () = room
+        .redis
+        .clone()
+        .hset(room.keys.stock(), "remaining", 0)
+        .await
+        .unwrap();
     assert_eq!(run(&admitter, T0 + 3_000, 5).await, 0);
-    let _: () = room.redis.clone().hset(room.keys.stock(), "remaining", 5).await.unwrap();
-    assert!(run(&admitter, T0 + 4_000, 5).await > 0, "admits again once open with seats");
+    let _: () = room
+        .redis
+        .clone()
+        .hset(room.keys.stock(), "remaining", 5)
+        .await
+        .unwrap();
+    assert!(
+        run(&admitter, T0 + 4_000, 5).await > 0,
+        "admits again once open with seats"
+    );
     room.cleanup().await;
 }
 

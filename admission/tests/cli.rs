@@ -20,14 +20,20 @@ async fn cli(url: &str, args: &[&str]) -> Output {
 }
 
 fn json(output: &Output) -> Value {
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
 #[tokio::test]
 async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap();
+    let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap())
+        .await
+        .unwrap();
     let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "ev");
     let config = EventConfig {
@@ -46,7 +52,10 @@ async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
         shuffle_seed: "seed".into(),
         adaptive: None,
     };
-    let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
+    let _: () = redis
+        .hset_multiple(keys.config(), &config.to_fields())
+        .await
+        .unwrap();
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -62,20 +71,51 @@ async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
     };
     let cancel = CancellationToken::new();
     let stop = cancel.clone();
-    let server = tokio::spawn(admission::serve(listener, admission::AppState::new(redis.clone(), admin).unwrap(), async move {
-        stop.cancelled().await
-    }));
+    let server = tokio::spawn(admission::serve(
+        listener,
+        admission::AppState::new(redis.clone(), admin).unwrap(),
+        async move { stop.cancelled().await },
+    ));
 
-    let updated = json(&cli(&base, &["event", "update", "ev", "--rate", "12.5", "--state", "paused"]).await);
-    assert_eq!((updated["admission_rate_per_s"].as_f64(), updated["state"].as_str()), (Some(12.5), Some("paused")));
+    let updated = json(
+        &cli(
+            &base,
+            &[
+                "event", "update", "ev", "--rate", "12.5", "--state", "paused",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(
+        (
+            updated["admission_rate_per_s"].as_f64(),
+            updated["state"].as_str()
+        ),
+        (Some(12.5), Some("paused"))
+    );
     let shown = json(&cli(&base, &["event", "show", "ev"]).await);
     assert_eq!(shown["admission_rate_per_s"], 12.5);
-    let plan = json(&cli(&base, &["capacity", "--arrival-rate", "200", "--service-time-ms", "50"]).await);
+    let plan = json(
+        &cli(
+            &base,
+            &[
+                "capacity",
+                "--arrival-rate",
+                "200",
+                "--service-time-ms",
+                "50",
+            ],
+        )
+        .await,
+    );
     assert_eq!(plan["workers"], 15);
 
     let refused = cli(&base, &["event", "update", "ev", "--max-active", "0"]).await;
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("max_active"), "the field is named");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("max_active"),
+        "the field is named"
+    );
     let unknown = cli(&base, &["event", "show", "nope"]).await;
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("404"));
 

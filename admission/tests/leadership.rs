@@ -20,7 +20,9 @@ const TICK: Duration = Duration::from_millis(100);
 
 async fn setup(rate: f64, fans: usize) -> (ConnectionManager, String, EventKeys) {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut redis = ConnectionManager::new(redis::Client::open(url).unwrap()).await.unwrap();
+    let mut redis = ConnectionManager::new(redis::Client::open(url).unwrap())
+        .await
+        .unwrap();
     let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "ev");
     let config = EventConfig {
@@ -39,7 +41,10 @@ async fn setup(rate: f64, fans: usize) -> (ConnectionManager, String, EventKeys)
         shuffle_seed: "seed".into(),
         adaptive: None,
     };
-    let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
+    let _: () = redis
+        .hset_multiple(keys.config(), &config.to_fields())
+        .await
+        .unwrap();
     let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
     let members: Vec<(i64, String)> = (0..fans).map(|i| (i as i64, format!("fan-{i}"))).collect();
     let _: () = redis.zadd_multiple(keys.queue(), &members).await.unwrap();
@@ -71,7 +76,10 @@ async fn two_replicas_admit_at_one_rate_and_the_standby_takes_over() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let in_two_seconds = admitted(&mut redis, &keys).await - start;
     // 20/s for 2 s is 40; a doubled rate would be 80. Allow a tick of jitter either side.
-    assert!((36..=44).contains(&in_two_seconds), "{in_two_seconds} admitted in 2 s at 20/s by two replicas");
+    assert!(
+        (36..=44).contains(&in_two_seconds),
+        "{in_two_seconds} admitted in 2 s at 20/s by two replicas"
+    );
 
     // Kill the leader without letting it release its lease.
     let leader: String = redis.get(keys.lease()).await.unwrap();
@@ -82,7 +90,10 @@ async fn two_replicas_admit_at_one_rate_and_the_standby_takes_over() {
     let died = Instant::now();
     let at_death = admitted(&mut redis, &keys).await;
     while admitted(&mut redis, &keys).await == at_death {
-        assert!(died.elapsed() < LEASE + 4 * TICK, "no takeover within a lease period");
+        assert!(
+            died.elapsed() < LEASE + 4 * TICK,
+            "no takeover within a lease period"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took_over: String = redis.get(keys.lease()).await.unwrap();
@@ -119,19 +130,39 @@ async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission() {
     admitter.tick_event("ev", t0 + 100).await.unwrap();
     assert_eq!(admitted(&mut redis, &keys).await, 1, "10/s is one per tick");
 
-    let response = app.clone().oneshot(patch(r#"{"admission_rate_per_s": 100}"#)).await.unwrap();
+    let response = app
+        .clone()
+        .oneshot(patch(r#"{"admission_rate_per_s": 100}"#))
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     admitter.tick_event("ev", t0 + 200).await.unwrap();
-    assert_eq!(admitted(&mut redis, &keys).await, 11, "the very next tick admits at 100/s");
+    assert_eq!(
+        admitted(&mut redis, &keys).await,
+        11,
+        "the very next tick admits at 100/s"
+    );
 
-    let response = app.clone().oneshot(patch(r#"{"paused": true}"#)).await.unwrap();
+    let response = app
+        .clone()
+        .oneshot(patch(r#"{"paused": true}"#))
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     for i in 3..10 {
         admitter.tick_event("ev", t0 + i * 100).await.unwrap();
     }
-    assert_eq!(admitted(&mut redis, &keys).await, 11, "paused: nobody admitted");
+    assert_eq!(
+        admitted(&mut redis, &keys).await,
+        11,
+        "paused: nobody admitted"
+    );
 
-    let response = app.clone().oneshot(patch(r#"{"state": "open"}"#)).await.unwrap();
+    let response = app
+        .clone()
+        .oneshot(patch(r#"{"state": "open"}"#))
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     admitter.tick_event("ev", t0 + 1_000).await.unwrap();
     assert_eq!(admitted(&mut redis, &keys).await, 21, "resumed");

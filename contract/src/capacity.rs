@@ -62,13 +62,18 @@ fn positive(field: &'static str, value: f64) -> Result<f64, DemandError> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {
-        Err(DemandError { field, rule: "must be a number greater than 0" })
+        Err(DemandError {
+            field,
+            rule: "must be a number greater than 0",
+        })
     }
 }
 
 /// ⌈λ × S / ρ⌉ workers, never fewer than one.
 pub fn workers_for(arrival_rate: f64, service_time_s: f64, utilization: f64) -> u64 {
-    ((arrival_rate * service_time_s / utilization) - 1e-9).ceil().max(1.0) as u64
+    ((arrival_rate * service_time_s / utilization) - 1e-9)
+        .ceil()
+        .max(1.0) as u64
 }
 
 pub fn plan(demand: &Demand) -> Result<Plan, DemandError> {
@@ -76,7 +81,10 @@ pub fn plan(demand: &Demand) -> Result<Plan, DemandError> {
     let service_s = positive("service_time_ms", demand.service_time_ms)? / 1000.0;
     let rho = positive("utilization", demand.utilization)?;
     if rho > 1.0 {
-        return Err(DemandError { field: "utilization", rule: "must be at most 1" });
+        return Err(DemandError {
+            field: "utilization",
+            rule: "must be at most 1",
+        });
     }
     let p = positive("per_partition_rate", demand.per_partition_rate)?;
     let c = match demand.per_consumer_rate {
@@ -88,7 +96,12 @@ pub fn plan(demand: &Demand) -> Result<Plan, DemandError> {
     let (spike_rate, spike_s) = match (demand.spike_rate, demand.spike_s) {
         (Some(r), Some(s)) => (positive("spike_rate", r)?, positive("spike_s", s)?),
         (None, None) => (lambda, 0.0),
-        _ => return Err(DemandError { field: "spike_rate", rule: "give spike_rate and spike_s together" }),
+        _ => {
+            return Err(DemandError {
+                field: "spike_rate",
+                rule: "give spike_rate and spike_s together",
+            })
+        }
     };
     let target = lambda.max(spike_rate);
     let partitions = ((target / p).max(target / c) - 1e-9).ceil().max(1.0) as u64;
@@ -100,7 +113,14 @@ pub fn plan(demand: &Demand) -> Result<Plan, DemandError> {
     } else {
         None
     };
-    Ok(Plan { busy_workers: lambda * service_s, workers, throughput, partitions, spike_backlog, drain_s })
+    Ok(Plan {
+        busy_workers: lambda * service_s,
+        workers,
+        throughput,
+        partitions,
+        spike_backlog,
+        drain_s,
+    })
 }
 
 #[cfg(test)]
@@ -131,9 +151,20 @@ mod tests {
 
     #[test]
     fn a_spike_leaves_a_backlog_that_drains_at_the_spare_rate() {
-        let plan = plan(&Demand { spike_rate: Some(1_000.0), spike_s: Some(60.0), ..demand() }).unwrap();
-        assert!((plan.spike_backlog - 42_000.0).abs() < 1e-6, "(1000 − 300) × 60");
-        assert!((plan.drain_s.unwrap() - 420.0).abs() < 1e-6, "42000 / (300 − 200)");
+        let plan = plan(&Demand {
+            spike_rate: Some(1_000.0),
+            spike_s: Some(60.0),
+            ..demand()
+        })
+        .unwrap();
+        assert!(
+            (plan.spike_backlog - 42_000.0).abs() < 1e-6,
+            "(1000 − 300) × 60"
+        );
+        assert!(
+            (plan.drain_s.unwrap() - 420.0).abs() < 1e-6,
+            "42000 / (300 − 200)"
+        );
         assert_eq!(plan.partitions, 50, "the spike rate sets the partitions");
     }
 
@@ -145,8 +176,32 @@ mod tests {
 
     #[test]
     fn bad_inputs_name_their_field() {
-        assert_eq!(plan(&Demand { utilization: 1.5, ..demand() }).unwrap_err().field, "utilization");
-        assert_eq!(plan(&Demand { arrival_rate: f64::NAN, ..demand() }).unwrap_err().field, "arrival_rate");
-        assert_eq!(plan(&Demand { spike_rate: Some(5.0), ..demand() }).unwrap_err().field, "spike_rate");
+        assert_eq!(
+            plan(&Demand {
+                utilization: 1.5,
+                ..demand()
+            })
+            .unwrap_err()
+            .field,
+            "utilization"
+        );
+        assert_eq!(
+            plan(&Demand {
+                arrival_rate: f64::NAN,
+                ..demand()
+            })
+            .unwrap_err()
+            .field,
+            "arrival_rate"
+        );
+        assert_eq!(
+            plan(&Demand {
+                spike_rate: Some(5.0),
+                ..demand()
+            })
+            .unwrap_err()
+            .field,
+            "spike_rate"
+        );
     }
 }

@@ -69,7 +69,16 @@ mod tests {
         };
         let event = CloudEvent::new(ORDER_CONFIRMED_V1, data.order_id.to_string(), data);
         let json = serde_json::to_value(&event).unwrap();
-        for field in ["specversion", "id", "source", "type", "subject", "time", "datacontenttype", "data"] {
+        for field in [
+            "specversion",
+            "id",
+            "source",
+            "type",
+            "subject",
+            "time",
+            "datacontenttype",
+            "data",
+        ] {
             assert!(json.get(field).is_some(), "missing {field}");
         }
         assert_eq!(json["type"], ORDER_CONFIRMED_V1);

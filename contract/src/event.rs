@@ -74,7 +74,9 @@ pub const FIFO_BASE: u64 = 1 << 48;
 pub fn prequeue_score(seed: &str, fan_id: &str) -> u64 {
     use sha1::Digest;
     let digest = sha1::Sha1::digest(format!("{seed}:{fan_id}"));
-    digest[..6].iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
+    digest[..6]
+        .iter()
+        .fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
 }
 
 /// The commitment published before the prequeue opens: hex SHA-256 of the seed.
@@ -109,7 +111,12 @@ impl EventConfig {
             ("paused", u8::from(self.paused).to_string()),
             ("state", if self.closed { "closed" } else { "" }.to_owned()),
             ("seed", self.shuffle_seed.clone()),
-            ("adaptive", self.adaptive.map(|a| serde_json::to_string(&a).expect("plain struct")).unwrap_or_default()),
+            (
+                "adaptive",
+                self.adaptive
+                    .map(|a| serde_json::to_string(&a).expect("plain struct"))
+                    .unwrap_or_default(),
+            ),
         ]
     }
 
@@ -130,7 +137,9 @@ impl EventConfig {
             paused: fields.get("paused").is_some_and(|v| v == "1"),
             closed: fields.get("state").is_some_and(|v| v == "closed"),
             shuffle_seed: fields.get("seed").cloned().unwrap_or_default(),
-            adaptive: fields.get("adaptive").and_then(|v| serde_json::from_str(v).ok()),
+            adaptive: fields
+                .get("adaptive")
+                .and_then(|v| serde_json::from_str(v).ok()),
         })
     }
 
@@ -176,13 +185,23 @@ mod tests {
             paused: false,
             closed: false,
             shuffle_seed: "00ff".into(),
-            adaptive: Some(Adaptive { floor: 1.0, ceiling: 9.5, max_order_latency_ms: 100.0, max_outbox_backlog: 5, max_consumer_lag: 7 }),
+            adaptive: Some(Adaptive {
+                floor: 1.0,
+                ceiling: 9.5,
+                max_order_latency_ms: 100.0,
+                max_outbox_backlog: 5,
+                max_consumer_lag: 7,
+            }),
         }
     }
 
     #[test]
     fn fields_round_trip() {
-        let fields = config().to_fields().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        let fields = config()
+            .to_fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
         assert_eq!(EventConfig::from_fields(&fields), Some(config()));
         assert_eq!(EventConfig::from_fields(&HashMap::new()), None);
     }
@@ -199,7 +218,10 @@ mod tests {
 
     #[test]
     fn the_commitment_is_sha256_of_the_seed() {
-        assert_eq!(seed_commitment("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            seed_commitment("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         assert_eq!(new_seed().len(), 64);
     }
 

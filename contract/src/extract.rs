@@ -36,9 +36,11 @@ fn json_problem(rejection: &JsonRejection) -> Problem {
             "unsupported-media-type",
             "send the body as Content-Type: application/json",
         ),
-        JsonRejection::JsonDataError(e) => {
-            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-body", e.body_text())
-        }
+        JsonRejection::JsonDataError(e) => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-body",
+            e.body_text(),
+        ),
         JsonRejection::JsonSyntaxError(e) => Problem::bad_request(e.body_text()),
         other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,

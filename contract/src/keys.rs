@@ -74,7 +74,9 @@ pub fn events_key(prefix: &str) -> String {
 pub fn valid_event_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, or of
@@ -91,7 +93,11 @@ pub fn cluster_slot(key: &str) -> u16 {
 fn crc16(data: &[u8]) -> u16 {
     data.iter().fold(0u16, |crc, &byte| {
         (0..8).fold(crc ^ (u16::from(byte) << 8), |crc, _| {
-            if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 }
+            if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            }
         })
     })
 }
@@ -105,8 +111,15 @@ mod tests {
         // Values from CLUSTER KEYSLOT on a Redis Cluster.
         assert_eq!(cluster_slot("foo"), 12182);
         assert_eq!(cluster_slot("somekey"), 11058);
-        assert_eq!(cluster_slot("{user1000}.following"), cluster_slot("user1000"));
-        assert_eq!(cluster_slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384, "an empty tag hashes the whole key");
+        assert_eq!(
+            cluster_slot("{user1000}.following"),
+            cluster_slot("user1000")
+        );
+        assert_eq!(
+            cluster_slot("foo{}{bar}"),
+            crc16(b"foo{}{bar}") % 16384,
+            "an empty tag hashes the whole key"
+        );
     }
 
     /// Every script gets only keys of one event, and these are all of them:
@@ -115,19 +128,42 @@ mod tests {
     fn every_key_a_script_touches_shares_one_slot() {
         for event in ["rock-2026", "a", "Z_9"] {
             let keys = EventKeys::new("bo", event);
-            let all = [keys.config(), keys.queue(), keys.seq(), keys.active(), keys.admit(), keys.admits(), keys.joins(), keys.lease(), keys.stock(), keys.jti("x")];
+            let all = [
+                keys.config(),
+                keys.queue(),
+                keys.seq(),
+                keys.active(),
+                keys.admit(),
+                keys.admits(),
+                keys.joins(),
+                keys.lease(),
+                keys.stock(),
+                keys.jti("x"),
+            ];
             let slot = cluster_slot(&all[0]);
             for key in &all {
                 assert_eq!(cluster_slot(key), slot, "{key}");
             }
         }
-        assert_ne!(cluster_slot(&EventKeys::new("bo", "a").queue()), cluster_slot(&EventKeys::new("bo", "b").queue()));
+        assert_ne!(
+            cluster_slot(&EventKeys::new("bo", "a").queue()),
+            cluster_slot(&EventKeys::new("bo", "b").queue())
+        );
     }
 
     #[test]
     fn every_key_of_an_event_carries_its_hash_tag() {
         let keys = EventKeys::new("bo", "rock-1");
-        for key in [keys.config(), keys.queue(), keys.seq(), keys.active(), keys.admit(), keys.lease(), keys.stock(), keys.jti("x")] {
+        for key in [
+            keys.config(),
+            keys.queue(),
+            keys.seq(),
+            keys.active(),
+            keys.admit(),
+            keys.lease(),
+            keys.stock(),
+            keys.jti("x"),
+        ] {
             assert!(key.starts_with("bo:{rock-1}:"), "{key}");
         }
     }

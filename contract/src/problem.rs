@@ -117,12 +117,20 @@ pub async fn no_route() -> Problem {
 
 /// Fallback for a known route called with the wrong method.
 pub async fn wrong_method() -> Problem {
-    Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "this resource does not take that method")
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "this resource does not take that method",
+    )
 }
 
 /// Adds both fallbacks to a router.
-pub fn with_fallbacks<S: Clone + Send + Sync + 'static>(router: axum::Router<S>) -> axum::Router<S> {
-    router.fallback(no_route).method_not_allowed_fallback(wrong_method)
+pub fn with_fallbacks<S: Clone + Send + Sync + 'static>(
+    router: axum::Router<S>,
+) -> axum::Router<S> {
+    router
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
 }
 
 #[cfg(test)]
@@ -131,8 +139,12 @@ mod tests {
 
     #[test]
     fn problem_carries_slug_title_and_retry_after() {
-        let p = Problem::new(StatusCode::TOO_MANY_REQUESTS, "room-full", "the room is full")
-            .retry_after(7);
+        let p = Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "room-full",
+            "the room is full",
+        )
+        .retry_after(7);
         assert_eq!(p.slug(), "room-full");
         assert_eq!(p.title, "Room full");
         let response = p.into_response();
@@ -146,6 +158,9 @@ mod tests {
 
     #[test]
     fn retry_after_is_never_zero() {
-        assert_eq!(Problem::bad_request("x").retry_after(0).retry_after, Some(1));
+        assert_eq!(
+            Problem::bad_request("x").retry_after(0).retry_after,
+            Some(1)
+        );
     }
 }

@@ -13,12 +13,15 @@ pub fn init() {
 /// serves `render()` at `/metrics`; several services in one test process
 /// share it, which is harmless.
 pub fn prometheus() -> &'static metrics_exporter_prometheus::PrometheusHandle {
-    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> = std::sync::OnceLock::new();
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
     HANDLE.get_or_init(|| {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
         if metrics::set_global_recorder(recorder).is_err() {
-            tracing::warn!("a metrics recorder was already installed; /metrics shows only this one");
+            tracing::warn!(
+                "a metrics recorder was already installed; /metrics shows only this one"
+            );
         }
         handle
     })
@@ -27,7 +30,10 @@ pub fn prometheus() -> &'static metrics_exporter_prometheus::PrometheusHandle {
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics_endpoint() -> impl axum::response::IntoResponse {
     (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
         prometheus().render(),
     )
 }

@@ -21,9 +21,9 @@ use std::sync::Arc;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey};
+use hmac::{Hmac, Mac};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
-use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -231,7 +231,8 @@ impl KeySet {
                 let mut header = Header::new(Algorithm::EdDSA);
                 header.kid = Some(self.inner.signing_kid.clone());
                 // Encoding our own serde struct with a key we parsed cannot fail.
-                jsonwebtoken::encode(&header, claims, &self.inner.signing).expect("signing a token with a loaded key")
+                jsonwebtoken::encode(&header, claims, &self.inner.signing)
+                    .expect("signing a token with a loaded key")
             }
         }
     }
@@ -253,22 +254,33 @@ impl KeySet {
         let (signed, signature) = token.rsplit_once('.').ok_or(TokenError::Malformed)?;
         let (header, payload) = signed.split_once('.').ok_or(TokenError::Malformed)?;
         if header != QUEUE_HEADER {
-            return Err(TokenError::Invalid("only HS256 queue tickets of this issuer are accepted".into()));
+            return Err(TokenError::Invalid(
+                "only HS256 queue tickets of this issuer are accepted".into(),
+            ));
         }
-        let signature = URL_SAFE_NO_PAD.decode(signature).map_err(|_| TokenError::Malformed)?;
+        let signature = URL_SAFE_NO_PAD
+            .decode(signature)
+            .map_err(|_| TokenError::Malformed)?;
         let mut mac = self.inner.queue_mac.clone();
         mac.update(signed.as_bytes());
         // Constant-time comparison.
         mac.verify_slice(&signature)
             .map_err(|_| TokenError::Invalid("bad signature".into()))?;
-        let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| TokenError::Malformed)?;
+        let payload = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| TokenError::Malformed)?;
         let claims: Claims = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
         self.check_claims(&claims, TokenUse::Queue, event_id)?;
         Ok(claims)
     }
 
     /// The claim checks of [`Self::verify_queue`], as `jsonwebtoken` does them for the others.
-    fn check_claims(&self, claims: &Claims, expected: TokenUse, event_id: Option<&str>) -> Result<(), TokenError> {
+    fn check_claims(
+        &self,
+        claims: &Claims,
+        expected: TokenUse,
+        event_id: Option<&str>,
+    ) -> Result<(), TokenError> {
         let now = now_s();
         if claims.iss != self.inner.issuer {
             return Err(TokenError::Invalid("InvalidIssuer".into()));
@@ -283,7 +295,10 @@ impl KeySet {
             return Err(TokenError::WrongAudience);
         }
         if claims.token_use != expected {
-            return Err(TokenError::WrongUse { expected, found: claims.token_use });
+            return Err(TokenError::WrongUse {
+                expected,
+                found: claims.token_use,
+            });
         }
         Ok(())
     }
@@ -300,10 +315,18 @@ impl KeySet {
         }
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;
         let kid = header.kid.as_deref().ok_or(TokenError::UnknownKey)?;
-        let key = &self.inner.verify.get(kid).ok_or(TokenError::UnknownKey)?.decoding;
+        let key = &self
+            .inner
+            .verify
+            .get(kid)
+            .ok_or(TokenError::UnknownKey)?
+            .decoding;
         let algorithm = Algorithm::EdDSA;
         if header.alg != algorithm {
-            return Err(TokenError::Invalid(format!("algorithm {:?} not accepted", header.alg)));
+            return Err(TokenError::Invalid(format!(
+                "algorithm {:?} not accepted",
+                header.alg
+            )));
         }
         let mut validation = Validation::new(algorithm);
         validation.leeway = LEEWAY_S;
@@ -320,9 +343,10 @@ impl KeySet {
                 ErrorKind::ExpiredSignature => TokenError::Expired,
                 ErrorKind::ImmatureSignature => TokenError::NotYetValid,
                 ErrorKind::InvalidAudience => TokenError::WrongAudience,
-                ErrorKind::InvalidToken | ErrorKind::Base64(_) | ErrorKind::Json(_) | ErrorKind::Utf8(_) => {
-                    TokenError::Malformed
-                }
+                ErrorKind::InvalidToken
+                | ErrorKind::Base64(_)
+                | ErrorKind::Json(_)
+                | ErrorKind::Utf8(_) => TokenError::Malformed,
                 other => TokenError::Invalid(format!("{other:?}")),
             }
         })?;
@@ -396,41 +420,97 @@ mod tests {
         let header = jsonwebtoken::decode_header(&token).unwrap();
         assert_eq!(header.alg, Algorithm::EdDSA);
         assert_eq!(header.kid.as_deref(), Some(keys.signing_kid()));
-        assert_eq!(keys.verify(&token, TokenUse::Access, Some("ev1")).unwrap(), claims);
+        assert_eq!(
+            keys.verify(&token, TokenUse::Access, Some("ev1")).unwrap(),
+            claims
+        );
     }
 
     #[test]
     fn a_queue_ticket_never_passes_as_an_access_token() {
         let keys = keys();
-        let ticket = keys.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Queue, now_s(), 60));
+        let ticket = keys.sign(&Claims::new(
+            "boxoffice",
+            "ev1",
+            "f",
+            TokenUse::Queue,
+            now_s(),
+            60,
+        ));
         assert!(keys.verify(&ticket, TokenUse::Queue, Some("ev1")).is_ok());
         assert!(keys.verify(&ticket, TokenUse::Access, Some("ev1")).is_err());
-        let order = keys.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Order, now_s(), 60));
+        let order = keys.sign(&Claims::new(
+            "boxoffice",
+            "ev1",
+            "f",
+            TokenUse::Order,
+            now_s(),
+            60,
+        ));
         assert_eq!(
             keys.verify(&order, TokenUse::Access, Some("ev1")),
-            Err(TokenError::WrongUse { expected: TokenUse::Access, found: TokenUse::Order })
+            Err(TokenError::WrongUse {
+                expected: TokenUse::Access,
+                found: TokenUse::Order
+            })
         );
     }
 
     #[test]
     fn wrong_event_expired_and_foreign_keys_are_rejected() {
         let keys = keys();
-        let token = keys.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Access, now_s(), 60));
-        assert_eq!(keys.verify(&token, TokenUse::Access, Some("ev2")), Err(TokenError::WrongAudience));
-        let old = keys.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Access, now_s() - 600, 60));
-        assert_eq!(keys.verify(&old, TokenUse::Access, Some("ev1")), Err(TokenError::Expired));
+        let token = keys.sign(&Claims::new(
+            "boxoffice",
+            "ev1",
+            "f",
+            TokenUse::Access,
+            now_s(),
+            60,
+        ));
+        assert_eq!(
+            keys.verify(&token, TokenUse::Access, Some("ev2")),
+            Err(TokenError::WrongAudience)
+        );
+        let old = keys.sign(&Claims::new(
+            "boxoffice",
+            "ev1",
+            "f",
+            TokenUse::Access,
+            now_s() - 600,
+            60,
+        ));
+        assert_eq!(
+            keys.verify(&old, TokenUse::Access, Some("ev1")),
+            Err(TokenError::Expired)
+        );
         let other = self::keys();
-        assert_eq!(other.verify(&token, TokenUse::Access, Some("ev1")), Err(TokenError::UnknownKey));
-        assert_eq!(keys.verify("garbage", TokenUse::Access, None), Err(TokenError::Malformed));
+        assert_eq!(
+            other.verify(&token, TokenUse::Access, Some("ev1")),
+            Err(TokenError::UnknownKey)
+        );
+        assert_eq!(
+            keys.verify("garbage", TokenUse::Access, None),
+            Err(TokenError::Malformed)
+        );
     }
 
     #[test]
     fn a_previous_key_in_the_verify_set_still_verifies() {
         let old_pem = generate_ed25519_pem();
         let old = KeySet::from_pems("boxoffice", &old_pem, &[], SECRET).unwrap();
-        let token = old.sign(&Claims::new("boxoffice", "ev1", "f", TokenUse::Access, now_s(), 60));
-        let rotated = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[old_pem], SECRET).unwrap();
-        assert!(rotated.verify(&token, TokenUse::Access, Some("ev1")).is_ok());
+        let token = old.sign(&Claims::new(
+            "boxoffice",
+            "ev1",
+            "f",
+            TokenUse::Access,
+            now_s(),
+            60,
+        ));
+        let rotated =
+            KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[old_pem], SECRET).unwrap();
+        assert!(rotated
+            .verify(&token, TokenUse::Access, Some("ev1"))
+            .is_ok());
         assert_eq!(rotated.jwks()["keys"].as_array().unwrap().len(), 2);
     }
 
@@ -442,11 +522,21 @@ mod tests {
         // Readable by any JWT library holding the secret.
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_audience(&["ev1"]);
-        let decoded = jsonwebtoken::decode::<Claims>(&ticket, &DecodingKey::from_secret(SECRET), &validation).unwrap();
+        let decoded =
+            jsonwebtoken::decode::<Claims>(&ticket, &DecodingKey::from_secret(SECRET), &validation)
+                .unwrap();
         assert_eq!(decoded.claims, claims);
         // And one made by such a library passes our short path.
-        let made = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET)).unwrap();
-        assert_eq!(keys.verify(&made, TokenUse::Queue, Some("ev1")).unwrap(), claims);
+        let made = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET),
+        )
+        .unwrap();
+        assert_eq!(
+            keys.verify(&made, TokenUse::Queue, Some("ev1")).unwrap(),
+            claims
+        );
     }
 
     #[test]
@@ -457,21 +547,54 @@ mod tests {
         let (signed, _) = ticket.rsplit_once('.').unwrap();
         let (_, payload) = signed.split_once('.').unwrap();
         // alg none, another HMAC, another secret, a swapped payload.
-        let none = format!("{}.{payload}.", URL_SAFE_NO_PAD.encode(br#"{"typ":"JWT","alg":"none"}"#));
-        let hs384 = jsonwebtoken::encode(&Header::new(Algorithm::HS384), &claims, &EncodingKey::from_secret(SECRET)).unwrap();
-        let other_secret = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(b"another-secret-of-thirty-two-bytes!!")).unwrap();
+        let none = format!(
+            "{}.{payload}.",
+            URL_SAFE_NO_PAD.encode(br#"{"typ":"JWT","alg":"none"}"#)
+        );
+        let hs384 = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS384),
+            &claims,
+            &EncodingKey::from_secret(SECRET),
+        )
+        .unwrap();
+        let other_secret = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(b"another-secret-of-thirty-two-bytes!!"),
+        )
+        .unwrap();
         let mut richer = claims.clone();
         richer.sub = "someone-else".into();
-        let swapped = format!("{QUEUE_HEADER}.{}.{}", URL_SAFE_NO_PAD.encode(serde_json::to_vec(&richer).unwrap()), ticket.rsplit_once('.').unwrap().1);
-        for forged in [none, hs384, other_secret, swapped, format!("{ticket}x"), "a.b".into(), String::new()] {
-            assert!(keys.verify(&forged, TokenUse::Queue, Some("ev1")).is_err(), "{forged}");
+        let swapped = format!(
+            "{QUEUE_HEADER}.{}.{}",
+            URL_SAFE_NO_PAD.encode(serde_json::to_vec(&richer).unwrap()),
+            ticket.rsplit_once('.').unwrap().1
+        );
+        for forged in [
+            none,
+            hs384,
+            other_secret,
+            swapped,
+            format!("{ticket}x"),
+            "a.b".into(),
+            String::new(),
+        ] {
+            assert!(
+                keys.verify(&forged, TokenUse::Queue, Some("ev1")).is_err(),
+                "{forged}"
+            );
         }
         let mut late = claims.clone();
         late.nbf = now_s() + 600;
-        assert_eq!(keys.verify(&keys.sign(&late), TokenUse::Queue, Some("ev1")), Err(TokenError::NotYetValid));
+        assert_eq!(
+            keys.verify(&keys.sign(&late), TokenUse::Queue, Some("ev1")),
+            Err(TokenError::NotYetValid)
+        );
         let mut foreign = claims;
         foreign.iss = "someone".into();
-        assert!(keys.verify(&keys.sign(&foreign), TokenUse::Queue, Some("ev1")).is_err());
+        assert!(keys
+            .verify(&keys.sign(&foreign), TokenUse::Queue, Some("ev1"))
+            .is_err());
     }
 
     #[test]

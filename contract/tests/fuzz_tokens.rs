@@ -11,7 +11,15 @@ const KINDS: [TokenUse; 3] = [TokenUse::Queue, TokenUse::Access, TokenUse::Order
 
 fn keys() -> &'static KeySet {
     static KEYS: OnceLock<KeySet> = OnceLock::new();
-    KEYS.get_or_init(|| KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], b"0123456789abcdef0123456789abcdef").unwrap())
+    KEYS.get_or_init(|| {
+        KeySet::from_pems(
+            "boxoffice",
+            &generate_ed25519_pem(),
+            &[],
+            b"0123456789abcdef0123456789abcdef",
+        )
+        .unwrap()
+    })
 }
 
 proptest! {

@@ -25,7 +25,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const SECRET: &[u8] = b"bench-queue-secret-of-32-bytes-at-least!";
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 struct Run {
@@ -38,14 +41,22 @@ fn wrk(url: &str, script: Option<&str>, header: Option<&str>) -> Run {
     let seconds: u64 = env_or("BENCH_SECONDS", 8);
     let connections: u64 = env_or("BENCH_CONNECTIONS", 64);
     let mut command = Command::new("wrk");
-    command.args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s"), "--latency"]);
+    command.args([
+        "-t1",
+        &format!("-c{connections}"),
+        &format!("-d{seconds}s"),
+        "--latency",
+    ]);
     if let Some(script) = script {
         command.args(["-s", script]);
     }
     if let Some(header) = header {
         command.args(["-H", header]);
     }
-    let output = command.arg(url).output().expect("running wrk (apt-get install wrk)");
+    let output = command
+        .arg(url)
+        .output()
+        .expect("running wrk (apt-get install wrk)");
     let text = String::from_utf8_lossy(&output.stdout);
     let field = |prefix: &str| -> &str {
         text.lines()
@@ -65,7 +76,10 @@ fn wrk(url: &str, script: Option<&str>, header: Option<&str>) -> Run {
     if text.contains("Non-2xx") {
         eprintln!("warning: wrk saw non-2xx answers for {url}:\n{text}");
     }
-    Run { requests_per_s, p99_ms }
+    Run {
+        requests_per_s,
+        p99_ms,
+    }
 }
 
 async fn serve(app: Router) -> String {
@@ -104,11 +118,19 @@ async fn cleanup(redis: &mut ConnectionManager, prefix: &str) {
 #[tokio::main]
 async fn main() {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap()).await.unwrap();
+    let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
+        .await
+        .unwrap();
     let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "ev");
-    let _: () = redis.hset_multiple(keys.config(), &config(100_000_000).to_fields()).await.unwrap();
-    let _: () = redis.hset_multiple(keys.stock(), &[("remaining", 60_000), ("version", 1)]).await.unwrap();
+    let _: () = redis
+        .hset_multiple(keys.config(), &config(100_000_000).to_fields())
+        .await
+        .unwrap();
+    let _: () = redis
+        .hset_multiple(keys.stock(), &[("remaining", 60_000), ("version", 1)])
+        .await
+        .unwrap();
     let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
 
     // Baseline: the least an edge handler can do, one Redis round trip.
@@ -117,10 +139,12 @@ async fn main() {
     let baseline = Router::new()
         .route(
             "/",
-            get(|State((mut redis, key)): State<(ConnectionManager, String)>| async move {
-                let value: Option<String> = redis.get(&key).await.unwrap_or(None);
-                value.unwrap_or_default()
-            }),
+            get(
+                |State((mut redis, key)): State<(ConnectionManager, String)>| async move {
+                    let value: Option<String> = redis.get(&key).await.unwrap_or(None);
+                    value.unwrap_or_default()
+                },
+            ),
         )
         .with_state((redis.clone(), baseline_key));
     let baseline_url = serve(baseline).await;
@@ -190,7 +214,11 @@ end
         let script = script.to_string_lossy().into_owned();
         move || {
             let base = wrk(&format!("{baseline_url}/"), None, None);
-            let join = wrk(&format!("{gateway_url}/v1/events/ev/queue"), Some(&script), None);
+            let join = wrk(
+                &format!("{gateway_url}/v1/events/ev/queue"),
+                Some(&script),
+                None,
+            );
             let status = wrk(
                 &format!("{gateway_url}/v1/events/ev/queue/status"),
                 None,
@@ -204,7 +232,10 @@ end
     let _ = std::fs::remove_file(&script);
 
     println!("\nedge throughput (wrk -t1, same run, same machine)");
-    println!("{:<42} {:>12} {:>10} {:>16}", "endpoint", "req/s", "p99 ms", "vs baseline");
+    println!(
+        "{:<42} {:>12} {:>10} {:>16}",
+        "endpoint", "req/s", "p99 ms", "vs baseline"
+    );
     for (name, run) in [
         ("baseline: axum + one Redis GET", &base),
         ("POST /v1/events/{id}/queue (new fan)", &join),
@@ -227,7 +258,10 @@ async fn memory(redis: &mut ConnectionManager) {
     let fans: u64 = env_or("BENCH_FANS", 1_000_000);
     let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "mem");
-    let _: () = redis.hset_multiple(keys.config(), &config(fans + 1).to_fields()).await.unwrap();
+    let _: () = redis
+        .hset_multiple(keys.config(), &config(fans + 1).to_fields())
+        .await
+        .unwrap();
     let join = redis::Script::new(include_str!("../src/join.lua"));
     let cache = gateway::cache::EventCache::new(Duration::from_millis(100));
     let bare = format!("{prefix}:bare");
@@ -248,7 +282,11 @@ async fn memory(redis: &mut ConnectionManager) {
                     .arg(at)
                     .arg(fans + 1)
                     .arg("")
-                    .arg(if cache.take_sample("mem", at) { "1" } else { "0" }),
+                    .arg(if cache.take_sample("mem", at) {
+                        "1"
+                    } else {
+                        "0"
+                    }),
             )
             .ignore();
         }
@@ -264,14 +302,26 @@ async fn memory(redis: &mut ConnectionManager) {
     let usage = |key: String| {
         let mut redis = conn.clone();
         async move {
-            let bytes: Option<u64> = redis::cmd("MEMORY").arg("USAGE").arg(key).arg("SAMPLES").arg(0).query_async(&mut redis).await.unwrap();
+            let bytes: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(key)
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
             bytes.unwrap_or(0)
         }
     };
     let ours = usage(keys.queue()).await + usage(keys.joins()).await + usage(keys.seq()).await;
     let base = usage(bare.clone()).await;
     println!("\nRedis memory for {fans} queued fans (MEMORY USAGE … SAMPLES 0)");
-    println!("{:<42} {:>12.1} MB {:>10.1} B/fan", "bare ZADD of the same ids", base as f64 / 1e6, base as f64 / fans as f64);
+    println!(
+        "{:<42} {:>12.1} MB {:>10.1} B/fan",
+        "bare ZADD of the same ids",
+        base as f64 / 1e6,
+        base as f64 / fans as f64
+    );
     println!(
         "{:<42} {:>12.1} MB {:>10.1} B/fan   {:.3}x bare",
         "BoxOffice queue + join samples + sequence",

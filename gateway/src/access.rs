@@ -35,7 +35,10 @@ impl<S> Layer<S> for AccessTokenLayer {
     type Service = AccessToken<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        AccessToken { inner, keys: self.keys.clone() }
+        AccessToken {
+            inner,
+            keys: self.keys.clone(),
+        }
     }
 }
 
@@ -57,18 +60,25 @@ fn event_of(path: &str) -> Option<&str> {
 /// Why a request was turned away, as its problem document.
 pub fn reject(error: &TokenError) -> Problem {
     match error {
-        TokenError::WrongAudience => Problem::new(StatusCode::FORBIDDEN, "wrong-event", "this token is for another event"),
+        TokenError::WrongAudience => Problem::new(
+            StatusCode::FORBIDDEN,
+            "wrong-event",
+            "this token is for another event",
+        ),
         other => Problem::unauthorized("invalid-token", other.to_string()),
     }
 }
 
 /// Verifies the request's access token for the event in its path.
 pub fn check(keys: &KeySet, request: &Request<Body>) -> Result<Claims, Problem> {
-    let token = bearer(request.headers())
-        .ok_or_else(|| Problem::unauthorized("invalid-token", "send Authorization: Bearer <access_token>"))?;
+    let token = bearer(request.headers()).ok_or_else(|| {
+        Problem::unauthorized("invalid-token", "send Authorization: Bearer <access_token>")
+    })?;
     let event = event_of(request.uri().path())
         .ok_or_else(|| Problem::not_found("unknown-event", "no event in the path"))?;
-    let claims = keys.verify(token, TokenUse::Access, None).map_err(|e| reject(&e))?;
+    let claims = keys
+        .verify(token, TokenUse::Access, None)
+        .map_err(|e| reject(&e))?;
     if claims.aud != event {
         return Err(reject(&TokenError::WrongAudience));
     }
@@ -115,9 +125,15 @@ mod tests {
     }
 
     /// The shop behind the door: answers 200 with the fan id it was handed.
-    fn door(keys: &KeySet) -> impl Service<Request<Body>, Response = Response, Error = std::convert::Infallible> {
+    fn door(
+        keys: &KeySet,
+    ) -> impl Service<Request<Body>, Response = Response, Error = std::convert::Infallible> {
         let shop = tower::service_fn(|request: Request<Body>| async move {
-            let fan = request.extensions().get::<Claims>().map(|c| c.sub.clone()).unwrap_or_default();
+            let fan = request
+                .extensions()
+                .get::<Claims>()
+                .map(|c| c.sub.clone())
+                .unwrap_or_default();
             Ok::<_, std::convert::Infallible>(fan.into_response())
         });
         AccessTokenLayer::new(keys.clone()).layer(shop)
@@ -133,7 +149,9 @@ mod tests {
 
     async fn slug_of(response: Response) -> (StatusCode, String) {
         let status = response.status();
-        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
         let problem: Problem = serde_json::from_slice(&body).unwrap();
         (status, problem.slug().to_owned())
     }
@@ -145,9 +163,17 @@ mod tests {
     #[tokio::test]
     async fn a_valid_access_token_reaches_the_shop_with_its_claims() {
         let keys = keys();
-        let response = door(&keys).oneshot(buy(Some(&token(&keys, TokenUse::Access, "ev1", now_s())), "ev1")).await.unwrap();
+        let response = door(&keys)
+            .oneshot(buy(
+                Some(&token(&keys, TokenUse::Access, "ev1", now_s())),
+                "ev1",
+            ))
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
-        let body = axum::body::to_bytes(response.into_body(), 1024).await.unwrap();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
         assert_eq!(&body[..], b"fan-7");
     }
 
@@ -157,7 +183,11 @@ mod tests {
         let foreign = token(&self::keys(), TokenUse::Access, "ev1", now_s());
         for t in [None, Some("garbage"), Some(foreign.as_str())] {
             let (status, slug) = slug_of(door(&keys).oneshot(buy(t, "ev1")).await.unwrap()).await;
-            assert_eq!((status, slug.as_str()), (StatusCode::UNAUTHORIZED, "invalid-token"), "{t:?}");
+            assert_eq!(
+                (status, slug.as_str()),
+                (StatusCode::UNAUTHORIZED, "invalid-token"),
+                "{t:?}"
+            );
         }
     }
 
@@ -169,8 +199,12 @@ mod tests {
             token(&keys, TokenUse::Order, "ev1", now_s()),
             token(&keys, TokenUse::Access, "ev1", now_s() - 3600),
         ] {
-            let (status, slug) = slug_of(door(&keys).oneshot(buy(Some(&t), "ev1")).await.unwrap()).await;
-            assert_eq!((status, slug.as_str()), (StatusCode::UNAUTHORIZED, "invalid-token"));
+            let (status, slug) =
+                slug_of(door(&keys).oneshot(buy(Some(&t), "ev1")).await.unwrap()).await;
+            assert_eq!(
+                (status, slug.as_str()),
+                (StatusCode::UNAUTHORIZED, "invalid-token")
+            );
         }
     }
 
@@ -178,8 +212,12 @@ mod tests {
     async fn a_token_for_another_event_gets_403() {
         let keys = keys();
         let t = token(&keys, TokenUse::Access, "ev1", now_s());
-        let (status, slug) = slug_of(door(&keys).oneshot(buy(Some(&t), "ev2")).await.unwrap()).await;
-        assert_eq!((status, slug.as_str()), (StatusCode::FORBIDDEN, "wrong-event"));
+        let (status, slug) =
+            slug_of(door(&keys).oneshot(buy(Some(&t), "ev2")).await.unwrap()).await;
+        assert_eq!(
+            (status, slug.as_str()),
+            (StatusCode::FORBIDDEN, "wrong-event")
+        );
     }
 
     #[test]

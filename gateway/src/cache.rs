@@ -40,16 +40,23 @@ impl EdgeEvent {
 /// Bound on remembered event ids, so a flood of made-up ids cannot grow memory.
 const MAX_ENTRIES: usize = 10_000;
 
+/// When an entry was read, and what (`None`: no such event).
+type Entry = (Instant, Option<Arc<EdgeEvent>>);
+
 pub struct EventCache {
     ttl: Duration,
-    entries: RwLock<HashMap<String, (Instant, Option<Arc<EdgeEvent>>)>>,
+    entries: RwLock<HashMap<String, Entry>>,
     /// When this process last recorded a (sequence, time) join sample, per event.
     sampled: Mutex<HashMap<String, i64>>,
 }
 
 impl EventCache {
     pub fn new(ttl: Duration) -> Self {
-        Self { ttl, entries: RwLock::default(), sampled: Mutex::default() }
+        Self {
+            ttl,
+            entries: RwLock::default(),
+            sampled: Mutex::default(),
+        }
     }
 
     /// The event, from memory if fresh, else from Redis (one round trip);
@@ -71,7 +78,8 @@ impl EventCache {
             .hget(keys.stock(), "remaining")
             .query_async(&mut redis)
             .await?;
-        let event = EventConfig::from_fields(&fields).map(|config| Arc::new(EdgeEvent { config, remaining }));
+        let event = EventConfig::from_fields(&fields)
+            .map(|config| Arc::new(EdgeEvent { config, remaining }));
         if !self.ttl.is_zero() {
             let mut entries = self.entries.write().expect("cache lock");
             if entries.len() >= MAX_ENTRIES {

@@ -3,7 +3,11 @@
 use clap::Parser;
 
 #[derive(Debug, Clone, Parser)]
-#[command(name = "gateway", version, about = "BoxOffice edge: public API and fan page")]
+#[command(
+    name = "gateway",
+    version,
+    about = "BoxOffice edge: public API and fan page"
+)]
 pub struct Config {
     #[arg(long, env = "GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
@@ -13,7 +17,11 @@ pub struct Config {
     #[arg(long, env = "BOXOFFICE_REDIS_PREFIX", default_value = "bo")]
     pub redis_prefix: String,
     /// Base URL of the order service's internal API.
-    #[arg(long, env = "ORDER_SERVICE_URL", default_value = "http://127.0.0.1:8082")]
+    #[arg(
+        long,
+        env = "ORDER_SERVICE_URL",
+        default_value = "http://127.0.0.1:8082"
+    )]
     pub order_service_url: String,
     /// Ed25519 private key (PKCS#8 PEM) that signs access and order tokens.
     #[arg(long, env = "BOXOFFICE_SIGNING_KEY")]

@@ -52,16 +52,20 @@ pub fn protect(routes: Router, config: &Config) -> Router {
 
 fn rate_limited(error: GovernorError) -> Response {
     match error {
-        GovernorError::TooManyRequests { wait_time, .. } => {
-            Problem::new(StatusCode::TOO_MANY_REQUESTS, "rate-limited", "too many requests from this address")
-                .retry_after(wait_time)
-                .into_response()
-        }
+        GovernorError::TooManyRequests { wait_time, .. } => Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate-limited",
+            "too many requests from this address",
+        )
+        .retry_after(wait_time)
+        .into_response(),
         GovernorError::UnableToExtractKey => {
             Problem::bad_request("the peer address is unknown").into_response()
         }
         GovernorError::Other { code, msg, .. } => {
-            Problem::new(code, "rate-limited", msg.unwrap_or_default()).retry_after(1).into_response()
+            Problem::new(code, "rate-limited", msg.unwrap_or_default())
+                .retry_after(1)
+                .into_response()
         }
     }
 }
@@ -79,6 +83,8 @@ async fn shed(error: BoxError) -> Problem {
 }
 
 /// The service `axum::serve` needs for the per-IP limit to see peer addresses.
-pub fn with_peers(app: Router) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, SocketAddr> {
+pub fn with_peers(
+    app: Router,
+) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, SocketAddr> {
     app.into_make_service_with_connect_info::<SocketAddr>()
 }

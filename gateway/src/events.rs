@@ -43,19 +43,23 @@ pub struct EventInfo {
     pub shuffle_seed: Option<String>,
 }
 
-async fn get_event(State(state): State<AppState>, Path(event_id): Path<String>) -> Result<axum::Json<EventInfo>, Problem> {
+async fn get_event(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+) -> Result<axum::Json<EventInfo>, Problem> {
     if !valid_event_id(&event_id) {
         return Err(unknown_event());
     }
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
-    let (fields, remaining, queue_length): (HashMap<String, String>, Option<i64>, u64) = redis::pipe()
-        .hgetall(keys.config())
-        .hget(keys.stock(), "remaining")
-        .zcard(keys.queue())
-        .query_async(&mut redis)
-        .await
-        .map_err(redis_down)?;
+    let (fields, remaining, queue_length): (HashMap<String, String>, Option<i64>, u64) =
+        redis::pipe()
+            .hgetall(keys.config())
+            .hget(keys.stock(), "remaining")
+            .zcard(keys.queue())
+            .query_async(&mut redis)
+            .await
+            .map_err(redis_down)?;
     let config = EventConfig::from_fields(&fields).ok_or_else(unknown_event)?;
     let now = now_ms();
     Ok(axum::Json(EventInfo {

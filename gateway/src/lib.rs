@@ -65,8 +65,13 @@ pub struct Scripts {
 impl AppState {
     pub fn new(redis: ConnectionManager, keys: KeySet, config: Config) -> anyhow::Result<Self> {
         let upstream = upstream::Upstream::new(&config)?;
-        let events = Arc::new(cache::EventCache::new(Duration::from_millis(config.event_cache_ms)));
-        let per_fan = Arc::new(per_fan::PerFan::new(config.per_fan_rate, config.per_fan_burst));
+        let events = Arc::new(cache::EventCache::new(Duration::from_millis(
+            config.event_cache_ms,
+        )));
+        let per_fan = Arc::new(per_fan::PerFan::new(
+            config.per_fan_rate,
+            config.per_fan_burst,
+        ));
         Ok(Self(Arc::new(Shared {
             per_fan,
             redis,
@@ -102,15 +107,28 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     state.per_fan.clone().spawn_sweeper(Duration::from_secs(60));
-    axum::serve(listener, edge::with_peers(app(state))).with_graceful_shutdown(shutdown).await?;
+    axum::serve(listener, edge::with_peers(app(state)))
+        .with_graceful_shutdown(shutdown)
+        .await?;
     Ok(())
 }
 
 /// The token of an `Authorization: Bearer …` header (the scheme is case-insensitive, RFC 9110).
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+pub(crate) fn redis_down(error: redis::RedisError) -> boxoffice_contract::Problem {
+    tracing::error!(%error, "redis error");
+    boxoffice_contract::Problem::unavailable("overloaded", "the waiting room is busy; try again", 1)
 }
 
 #[cfg(test)]
@@ -120,14 +138,15 @@ mod tests {
     #[test]
     fn bearer_tokens_are_found_whatever_the_scheme_case() {
         let mut headers = HeaderMap::new();
-        for (value, token) in [("Bearer abc", Some("abc")), ("bearer abc", Some("abc")), ("Basic abc", None), ("Bearer ", None), ("Bearer", None)] {
+        for (value, token) in [
+            ("Bearer abc", Some("abc")),
+            ("bearer abc", Some("abc")),
+            ("Basic abc", None),
+            ("Bearer ", None),
+            ("Bearer", None),
+        ] {
             headers.insert(axum::http::header::AUTHORIZATION, value.parse().unwrap());
             assert_eq!(bearer(&headers), token, "{value}");
         }
     }
-}
-
-pub(crate) fn redis_down(error: redis::RedisError) -> boxoffice_contract::Problem {
-    tracing::error!(%error, "redis error");
-    boxoffice_contract::Problem::unavailable("overloaded", "the waiting room is busy; try again", 1)
 }

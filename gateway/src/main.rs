@@ -12,10 +12,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     boxoffice_contract::telemetry::init();
     let config = Config::parse();
-    let keys = KeySet::from_files(&config.issuer, &config.signing_key, &config.verify_keys, config.queue_secret.as_bytes())
-        .context("loading token keys")?;
+    let keys = KeySet::from_files(
+        &config.issuer,
+        &config.signing_key,
+        &config.verify_keys,
+        config.queue_secret.as_bytes(),
+    )
+    .context("loading token keys")?;
     let client = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
-    let redis = redis::aio::ConnectionManager::new(client).await.context("connecting to Redis")?;
+    let redis = redis::aio::ConnectionManager::new(client)
+        .await
+        .context("connecting to Redis")?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;

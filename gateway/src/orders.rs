@@ -10,9 +10,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::EventKeys;
 use boxoffice_contract::token::{now_s, Claims, KeySet, TokenError, TokenUse, LEEWAY_S};
-use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::Problem;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -22,7 +22,10 @@ use crate::{bearer, redis_down, AppState};
 
 pub fn router(keys: KeySet) -> Router<AppState> {
     Router::new()
-        .route("/v1/events/{event_id}/orders", post(buy).route_layer(AccessTokenLayer::new(keys)))
+        .route(
+            "/v1/events/{event_id}/orders",
+            post(buy).route_layer(AccessTokenLayer::new(keys)),
+        )
         .route("/v1/orders/{order_id}", get(get_order))
 }
 
@@ -65,15 +68,27 @@ pub struct OrderView {
 
 fn upstream_down(error: reqwest::Error) -> Problem {
     tracing::warn!(%error, "order service call failed");
-    Problem::unavailable("upstream-unavailable", "the order service is unavailable; retry with the same Idempotency-Key", 2)
+    Problem::unavailable(
+        "upstream-unavailable",
+        "the order service is unavailable; retry with the same Idempotency-Key",
+        2,
+    )
 }
 
 /// An `Idempotency-Key` is up to 128 visible ASCII characters.
 fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
-    let Some(value) = headers.get("idempotency-key") else { return Ok(String::new()) };
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(String::new());
+    };
     match value.to_str() {
-        Ok(key) if !key.is_empty() && key.len() <= 128 && key.bytes().all(|b| b.is_ascii_graphic()) => Ok(key.to_owned()),
-        _ => Err(Problem::bad_request("Idempotency-Key must be 1-128 visible ASCII characters")),
+        Ok(key)
+            if !key.is_empty() && key.len() <= 128 && key.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            Ok(key.to_owned())
+        }
+        _ => Err(Problem::bad_request(
+            "Idempotency-Key must be 1-128 visible ASCII characters",
+        )),
     }
 }
 
@@ -109,17 +124,44 @@ async fn buy(
         .map_err(redis_down)?;
     match outcome.as_str() {
         "fresh" | "replay" => {}
-        "used" => return Err(Problem::new(StatusCode::CONFLICT, "token-used", "this access token has already bought")),
-        "revoked" => return Err(Problem::unauthorized("invalid-token", "this admission was revoked")),
-        "sold-out" => return Err(Problem::new(StatusCode::GONE, "sold-out", "every seat is sold")),
-        "too-many" => return Err(invalid_quantity(&format!("quantity must be between 1 and {order}"))),
+        "used" => {
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                "token-used",
+                "this access token has already bought",
+            ))
+        }
+        "revoked" => {
+            return Err(Problem::unauthorized(
+                "invalid-token",
+                "this admission was revoked",
+            ))
+        }
+        "sold-out" => {
+            return Err(Problem::new(
+                StatusCode::GONE,
+                "sold-out",
+                "every seat is sold",
+            ))
+        }
+        "too-many" => {
+            return Err(invalid_quantity(&format!(
+                "quantity must be between 1 and {order}"
+            )))
+        }
         other => {
-            tracing::error!(outcome = other, "spend script answered something unexpected");
+            tracing::error!(
+                outcome = other,
+                "spend script answered something unexpected"
+            );
             return Err(Problem::internal());
         }
     }
     let order_id: Uuid = order.parse().map_err(|_| Problem::internal())?;
-    let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let request_id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
     let call = state
         .upstream
         .client()
@@ -133,12 +175,28 @@ async fn buy(
         return Err(pass_on(response).await);
     }
     let placed: UpstreamOrder = response.json().await.map_err(upstream_down)?;
-    let mut token = Claims::new(state.keys.issuer(), &event_id, &claims.sub, TokenUse::Order, now_s(), state.config.order_token_ttl_s);
+    let mut token = Claims::new(
+        state.keys.issuer(),
+        &event_id,
+        &claims.sub,
+        TokenUse::Order,
+        now_s(),
+        state.config.order_token_ttl_s,
+    );
     token.order_id = Some(order_id);
-    let body = Bought { order_id, status: placed.status, order_token: state.keys.sign(&token) };
+    let body = Bought {
+        order_id,
+        status: placed.status,
+        order_token: state.keys.sign(&token),
+    };
     let location = format!("/v1/orders/{order_id}");
     tracing::info!(%order_id, %event_id, fan_id = %claims.sub, "order placed");
-    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], axum::Json(body)).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, location)],
+        axum::Json(body),
+    )
+        .into_response())
 }
 
 fn invalid_quantity(detail: &str) -> Problem {
@@ -152,7 +210,11 @@ async fn pass_on(response: reqwest::Response) -> Problem {
         Ok(problem) if status.is_client_error() => problem,
         _ => {
             tracing::warn!(%status, "order service failed");
-            Problem::unavailable("upstream-unavailable", "the order service failed; retry with the same Idempotency-Key", 2)
+            Problem::unavailable(
+                "upstream-unavailable",
+                "the order service failed; retry with the same Idempotency-Key",
+                2,
+            )
         }
     }
 }
@@ -166,19 +228,27 @@ async fn get_order(
     Path(order_id): Path<Uuid>,
     headers: HeaderMap,
 ) -> Result<axum::Json<OrderView>, Problem> {
-    let token = bearer(&headers)
-        .ok_or_else(|| Problem::unauthorized("invalid-token", "send Authorization: Bearer <order_token>"))?;
+    let token = bearer(&headers).ok_or_else(|| {
+        Problem::unauthorized("invalid-token", "send Authorization: Bearer <order_token>")
+    })?;
     // An order token names its order; the access token that bought it names the fan and event.
     let claims = match state.keys.verify(token, TokenUse::Order, None) {
-        Err(TokenError::WrongUse { found: TokenUse::Access, .. }) => {
-            state.keys.verify(token, TokenUse::Access, None).map_err(|e| reject(&e))?
-        }
+        Err(TokenError::WrongUse {
+            found: TokenUse::Access,
+            ..
+        }) => state
+            .keys
+            .verify(token, TokenUse::Access, None)
+            .map_err(|e| reject(&e))?,
         other => other.map_err(|e| reject(&e))?,
     };
     if claims.token_use == TokenUse::Order && claims.order_id != Some(order_id) {
         return Err(unknown_order());
     }
-    let call = state.upstream.client().get(state.upstream.url(&format!("/internal/orders/{order_id}")));
+    let call = state
+        .upstream
+        .client()
+        .get(state.upstream.url(&format!("/internal/orders/{order_id}")));
     let response = state.upstream.send(call).await?;
     if response.status() == StatusCode::NOT_FOUND {
         return Err(unknown_order());

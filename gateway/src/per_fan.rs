@@ -20,7 +20,9 @@ impl PerFan {
     pub fn new(per_second: u32, burst: u32) -> Self {
         let quota = Quota::per_second(NonZeroU32::new(per_second.max(1)).expect("at least one"))
             .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least one"));
-        Self { limiter: RateLimiter::keyed(quota) }
+        Self {
+            limiter: RateLimiter::keyed(quota),
+        }
     }
 
     /// Takes one request from the fan's quota, or says how long to wait.
@@ -28,8 +30,12 @@ impl PerFan {
         let key = format!("{event_id}\n{fan_id}");
         self.limiter.check_key(&key).map_err(|not_until| {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
-            Problem::new(StatusCode::TOO_MANY_REQUESTS, "rate-limited", "too many requests for this fan; slow down")
-                .retry_after(wait.as_secs_f64().ceil() as u64)
+            Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "too many requests for this fan; slow down",
+            )
+            .retry_after(wait.as_secs_f64().ceil() as u64)
         })
     }
 
@@ -63,7 +69,13 @@ mod tests {
         let refused = limit.check("ev", "a").unwrap_err();
         assert_eq!((refused.status, refused.slug()), (429, "rate-limited"));
         assert!(refused.retry_after.unwrap() >= 1);
-        assert!(limit.check("ev", "b").is_ok(), "another fan is not affected");
-        assert!(limit.check("other", "a").is_ok(), "nor the same fan at another event");
+        assert!(
+            limit.check("ev", "b").is_ok(),
+            "another fan is not affected"
+        );
+        assert!(
+            limit.check("other", "a").is_ok(),
+            "nor the same fan at another event"
+        );
     }
 }

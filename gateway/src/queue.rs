@@ -31,7 +31,9 @@ pub fn router() -> Router<AppState> {
 pub fn valid_fan_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._@+-".contains(&b))
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._@+-".contains(&b))
 }
 
 /// Seconds until a waiting fan should poll again: about a quarter of the ETA,
@@ -86,18 +88,32 @@ async fn join(
         ));
     }
     state.per_fan.check(&event_id, &request.fan_id)?;
-    let event = state.events.get(&state.redis, &keys, &event_id).await.map_err(redis_down)?.ok_or_else(unknown_event)?;
+    let event = state
+        .events
+        .get(&state.redis, &keys, &event_id)
+        .await
+        .map_err(redis_down)?
+        .ok_or_else(unknown_event)?;
     let config = &event.config;
     let now = now_ms();
     if config.closed {
-        return Err(Problem::new(StatusCode::GONE, "closed", "the sale is closed"));
+        return Err(Problem::new(
+            StatusCode::GONE,
+            "closed",
+            "the sale is closed",
+        ));
     }
     if event.sold_out() {
         return Err(sold_out());
     }
     if now < config.prequeue_at_ms {
         let wait_s = ((config.prequeue_at_ms - now) as u64).div_ceil(1000);
-        return Err(Problem::new(StatusCode::CONFLICT, "not-open", "the waiting room is not open yet").retry_after(wait_s));
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "not-open",
+            "the waiting room is not open yet",
+        )
+        .retry_after(wait_s));
     }
     let prequeue_score = if now < config.opens_at_ms {
         prequeue_score(&config.shuffle_seed, &request.fan_id).to_string()
@@ -126,8 +142,12 @@ async fn join(
         "waiting" => (StatusCode::OK, a),
         "admitted" => (StatusCode::OK, 0),
         "room-full" => {
-            return Err(Problem::new(StatusCode::TOO_MANY_REQUESTS, "room-full", "the waiting room is full")
-                .retry_after(30))
+            return Err(Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "room-full",
+                "the waiting room is full",
+            )
+            .retry_after(30))
         }
         other => {
             tracing::error!(outcome = other, "join script answered something unexpected");
@@ -142,7 +162,11 @@ async fn join(
         now_s(),
         state.config.queue_ticket_ttl_s,
     );
-    let eta = if position == 0 { Some(0) } else { eta_seconds(position, event.rate()) };
+    let eta = if position == 0 {
+        Some(0)
+    } else {
+        eta_seconds(position, event.rate())
+    };
     let body = Joined {
         fan_id: request.fan_id,
         state: if position == 0 { "admitted" } else { "waiting" }.to_owned(),
@@ -150,27 +174,55 @@ async fn join(
         eta_seconds: eta,
         queue_ticket: state.keys.sign(&ticket),
     };
-    let retry = if position == 0 { 1 } else { poll_after(eta, rand::random()) };
-    Ok((status, [(header::RETRY_AFTER, retry.to_string())], axum::Json(body)).into_response())
+    let retry = if position == 0 {
+        1
+    } else {
+        poll_after(eta, rand::random())
+    };
+    Ok((
+        status,
+        [(header::RETRY_AFTER, retry.to_string())],
+        axum::Json(body),
+    )
+        .into_response())
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum QueueStatus {
-    Waiting { position: i64, eta_seconds: Option<u64> },
-    Admitted { access_token: String, expires_at: DateTime<Utc> },
+    Waiting {
+        position: i64,
+        eta_seconds: Option<u64>,
+    },
+    Admitted {
+        access_token: String,
+        expires_at: DateTime<Utc>,
+    },
 }
 
-async fn status(State(state): State<AppState>, Path(event_id): Path<String>, headers: HeaderMap) -> Result<Response, Problem> {
+async fn status(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
     let keys = event_keys(&state, &event_id)?;
-    let ticket = bearer(&headers)
-        .ok_or_else(|| Problem::unauthorized("invalid-ticket", "send Authorization: Bearer <queue_ticket>"))?;
+    let ticket = bearer(&headers).ok_or_else(|| {
+        Problem::unauthorized(
+            "invalid-ticket",
+            "send Authorization: Bearer <queue_ticket>",
+        )
+    })?;
     let claims = state
         .keys
         .verify(ticket, TokenUse::Queue, Some(&event_id))
         .map_err(|e| Problem::unauthorized("invalid-ticket", e.to_string()))?;
     state.per_fan.check(&event_id, &claims.sub)?;
-    let event = state.events.get(&state.redis, &keys, &event_id).await.map_err(redis_down)?.ok_or_else(unknown_event)?;
+    let event = state
+        .events
+        .get(&state.redis, &keys, &event_id)
+        .await
+        .map_err(redis_down)?
+        .ok_or_else(unknown_event)?;
     if event.sold_out() {
         return Err(sold_out());
     }
@@ -187,12 +239,22 @@ async fn status(State(state): State<AppState>, Path(event_id): Path<String>, hea
         (Some(rank), _) => {
             let eta = eta_seconds(rank + 1, event.rate());
             let retry = poll_after(eta, rand::random());
-            let body = QueueStatus::Waiting { position: rank + 1, eta_seconds: eta };
+            let body = QueueStatus::Waiting {
+                position: rank + 1,
+                eta_seconds: eta,
+            };
             Ok(([(header::RETRY_AFTER, retry.to_string())], axum::Json(body)).into_response())
         }
         (None, Some(expiry)) if expiry as i64 > now => {
             let expiry = expiry as i64;
-            let mut access = Claims::new(state.keys.issuer(), &event_id, &claims.sub, TokenUse::Access, now_s(), 0);
+            let mut access = Claims::new(
+                state.keys.issuer(),
+                &event_id,
+                &claims.sub,
+                TokenUse::Access,
+                now_s(),
+                0,
+            );
             access.exp = (expiry / 1000) as u64;
             access.jti = admission_jti(&event_id, &claims.sub, expiry);
             let body = QueueStatus::Admitted {
@@ -201,7 +263,11 @@ async fn status(State(state): State<AppState>, Path(event_id): Path<String>, hea
             };
             Ok(axum::Json(body).into_response())
         }
-        _ => Err(Problem::new(StatusCode::GONE, "expired", "your admission lapsed or was used; join again")),
+        _ => Err(Problem::new(
+            StatusCode::GONE,
+            "expired",
+            "your admission lapsed or was used; join again",
+        )),
     }
 }
 
@@ -224,13 +290,20 @@ mod tests {
     /// Polls per second from a line of `fans` at `rate`, each polling when
     /// its Retry-After says (jitter at its mean).
     fn poll_load(fans: i64, rate: f64) -> f64 {
-        (1..=fans).map(|p| 1.0 / poll_after(eta_seconds(p, rate), 0.5) as f64).sum()
+        (1..=fans)
+            .map(|p| 1.0 / poll_after(eta_seconds(p, rate), 0.5) as f64)
+            .sum()
     }
 
     #[test]
     fn poll_load_stays_bounded_however_long_the_line() {
         // Bound: N/30 for the far back, plus about 18 × rate for the front.
-        for (fans, rate) in [(1_000_000, 100.0), (1_000_000, 1_000.0), (2_000_000, 50.0), (1_000, 10.0)] {
+        for (fans, rate) in [
+            (1_000_000, 100.0),
+            (1_000_000, 1_000.0),
+            (2_000_000, 50.0),
+            (1_000, 10.0),
+        ] {
             let load = poll_load(fans, rate);
             let bound = fans as f64 / 30.0 + 18.0 * rate;
             println!("{fans} fans at {rate}/s: {load:.0} polls/s (bound {bound:.0})");

@@ -67,13 +67,22 @@ impl Upstream {
 
     /// Sends `request` through the bulkhead and the breaker. A 4xx answer is
     /// returned for the caller to relay; everything else failing is a 503.
-    pub async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, Problem> {
+    pub async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, Problem> {
         let Ok(_permit) = self.bulkhead.try_acquire() else {
-            return Err(Problem::unavailable("upstream-unavailable", "too many calls to the order service in flight", 1));
+            return Err(Problem::unavailable(
+                "upstream-unavailable",
+                "too many calls to the order service in flight",
+                1,
+            ));
         };
         let call = async {
             match request.send().await {
-                Ok(response) if response.status().is_server_error() => Err(Failure::Status(response)),
+                Ok(response) if response.status().is_server_error() => {
+                    Err(Failure::Status(response))
+                }
                 Ok(response) => Ok(response),
                 Err(error) => Err(Failure::Transport(error)),
             }
@@ -87,11 +96,19 @@ impl Upstream {
             )),
             Err(failsafe::Error::Inner(Failure::Status(response))) => {
                 tracing::warn!(status = %response.status(), "order service failed");
-                Err(Problem::unavailable("upstream-unavailable", "the order service failed; retry with the same Idempotency-Key", 2))
+                Err(Problem::unavailable(
+                    "upstream-unavailable",
+                    "the order service failed; retry with the same Idempotency-Key",
+                    2,
+                ))
             }
             Err(failsafe::Error::Inner(Failure::Transport(error))) => {
                 tracing::warn!(%error, "order service call failed");
-                Err(Problem::unavailable("upstream-unavailable", "the order service is unavailable; retry with the same Idempotency-Key", 2))
+                Err(Problem::unavailable(
+                    "upstream-unavailable",
+                    "the order service is unavailable; retry with the same Idempotency-Key",
+                    2,
+                ))
             }
         }
     }

@@ -22,7 +22,16 @@ struct Case {
 }
 
 fn case(name: &'static str, method: Method, url: String, status: u16, slug: &'static str) -> Case {
-    Case { name, method, url, bearer: None, content_type: None, body: None, status, slug }
+    Case {
+        name,
+        method,
+        url,
+        bearer: None,
+        content_type: None,
+        body: None,
+        status,
+        slug,
+    }
 }
 
 impl Case {
@@ -43,7 +52,10 @@ impl Case {
 }
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
-async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, connect: PgConnectOptions) {
+async fn every_bad_request_gets_its_problem_document(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
     let stack = Stack::start(options, connect).await;
     stack.create_event("ev", 10, 50.0, 2).await;
     stack.create_event("other", 10, 50.0, 2).await;
@@ -51,7 +63,9 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
     let ticket = joined["queue_ticket"].as_str().unwrap().to_owned();
     let access = stack.wait_admitted("ev", &ticket).await;
     let (_, other_joined) = stack.join("other", "fan-2").await;
-    let other_access = stack.wait_admitted("other", other_joined["queue_ticket"].as_str().unwrap()).await;
+    let other_access = stack
+        .wait_admitted("other", other_joined["queue_ticket"].as_str().unwrap())
+        .await;
     let foreign_order = {
         let mut claims = Claims::new("boxoffice", "ev", "fan-1", TokenUse::Order, now_s(), 600);
         claims.order_id = Some(uuid::Uuid::now_v7());
@@ -67,7 +81,12 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
     let public_x = jwks["keys"][0]["x"].as_str().unwrap().to_owned();
     let mut confused_header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
     confused_header.kid = jwks["keys"][0]["kid"].as_str().map(str::to_owned);
-    let key_confusion = jsonwebtoken::encode(&confused_header, &claims, &jsonwebtoken::EncodingKey::from_secret(public_x.as_bytes())).unwrap();
+    let key_confusion = jsonwebtoken::encode(
+        &confused_header,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(public_x.as_bytes()),
+    )
+    .unwrap();
     let sign_with = |edit: &dyn Fn(&mut Claims)| {
         let mut c = claims.clone();
         edit(&mut c);
@@ -80,7 +99,14 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
     });
     let not_yet = sign_with(&|c| c.nbf = now_s() + 3600);
     let wrong_issuer = sign_with(&|c| c.iss = "mallory".into());
-    let retired = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], common::QUEUE_SECRET).unwrap().sign(&claims);
+    let retired = KeySet::from_pems(
+        "boxoffice",
+        &generate_ed25519_pem(),
+        &[],
+        common::QUEUE_SECRET,
+    )
+    .unwrap()
+    .sign(&claims);
     let order_token_as_access = sign_with(&|c| c.token_use = TokenUse::Order);
     let tampered = {
         let token = stack.keys.sign(&claims);
@@ -88,7 +114,10 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
         let (_, sig) = rest.split_once('.').unwrap();
         let mut richer = claims.clone();
         richer.sub = "fan-9".into();
-        format!("{head}.{}.{sig}", b64(&serde_json::to_vec(&richer).unwrap()))
+        format!(
+            "{head}.{}.{sig}",
+            b64(&serde_json::to_vec(&richer).unwrap())
+        )
     };
 
     let g = &stack.gateway;
@@ -163,12 +192,32 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
         }
         let response = request.send().await.unwrap();
         let status = response.status();
-        let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned());
         let body = response.text().await.unwrap();
-        assert_eq!(status, StatusCode::from_u16(case.status).unwrap(), "{}: {body}", case.name);
-        assert_eq!(content_type.as_deref(), Some("application/problem+json"), "{}", case.name);
+        assert_eq!(
+            status,
+            StatusCode::from_u16(case.status).unwrap(),
+            "{}: {body}",
+            case.name
+        );
+        assert_eq!(
+            content_type.as_deref(),
+            Some("application/problem+json"),
+            "{}",
+            case.name
+        );
         let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
-        assert!(problem["type"].as_str().unwrap().ends_with(&format!("/{}", case.slug)), "{}: {body}", case.name);
+        assert!(
+            problem["type"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("/{}", case.slug)),
+            "{}: {body}",
+            case.name
+        );
         assert_eq!(problem["status"], case.status, "{}", case.name);
     }
 
@@ -178,19 +227,58 @@ async fn every_bad_request_gets_its_problem_document(options: PgPoolOptions, con
     let (status, body) = stack.buy("ev", &access, 1, Some("k")).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let (status, body) = stack.buy("ev", &access, 1, Some("other-key")).await;
-    assert_eq!((status.as_u16(), body["type"].as_str().unwrap().ends_with("/token-used")), (409, true), "a replayed jti");
+    assert_eq!(
+        (
+            status.as_u16(),
+            body["type"].as_str().unwrap().ends_with("/token-used")
+        ),
+        (409, true),
+        "a replayed jti"
+    );
     let order_id = body_order(&stack, &access).await;
     let (status, body) = stack.order(&order_id, &other_access).await;
-    assert_eq!((status.as_u16(), body["type"].as_str().unwrap().ends_with("/unknown-order")), (404, true), "another fan's order");
+    assert_eq!(
+        (
+            status.as_u16(),
+            body["type"].as_str().unwrap().ends_with("/unknown-order")
+        ),
+        (404, true),
+        "another fan's order"
+    );
 
     // Ops revoke an admission: the token stops working at once.
     let (_, joined) = stack.join("ev", "fan-3").await;
-    let revoked_access = stack.wait_admitted("ev", joined["queue_ticket"].as_str().unwrap()).await;
-    let revoke = |fan: &str| stack.http.delete(format!("{}/admin/v1/events/ev/admissions/{fan}", stack.admission)).bearer_auth(ADMIN_TOKEN).send();
-    assert_eq!(revoke("fan-3").await.unwrap().status(), StatusCode::NO_CONTENT);
+    let revoked_access = stack
+        .wait_admitted("ev", joined["queue_ticket"].as_str().unwrap())
+        .await;
+    let revoke = |fan: &str| {
+        stack
+            .http
+            .delete(format!(
+                "{}/admin/v1/events/ev/admissions/{fan}",
+                stack.admission
+            ))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+    };
+    assert_eq!(
+        revoke("fan-3").await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
     let (status, body) = stack.buy("ev", &revoked_access, 1, None).await;
-    assert_eq!((status.as_u16(), body["type"].as_str().unwrap().ends_with("/invalid-token")), (401, true), "{body}");
-    assert_eq!(revoke("fan-3").await.unwrap().status(), StatusCode::NOT_FOUND, "nothing left to revoke");
+    assert_eq!(
+        (
+            status.as_u16(),
+            body["type"].as_str().unwrap().ends_with("/invalid-token")
+        ),
+        (401, true),
+        "{body}"
+    );
+    assert_eq!(
+        revoke("fan-3").await.unwrap().status(),
+        StatusCode::NOT_FOUND,
+        "nothing left to revoke"
+    );
     stack.stop().await;
 }
 

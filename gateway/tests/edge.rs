@@ -26,7 +26,9 @@ async fn edge(tune: impl FnOnce(&mut gateway::Config)) -> Edge {
         }
     });
     let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url.clone()).unwrap()).await.unwrap();
+    let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url.clone()).unwrap())
+        .await
+        .unwrap();
     let mut config = gateway::Config {
         listen: String::new(),
         redis_url,
@@ -58,7 +60,11 @@ async fn edge(tune: impl FnOnce(&mut gateway::Config)) -> Edge {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let state = gateway::AppState::new(redis, keys.clone(), config).unwrap();
     tokio::spawn(gateway::serve(listener, state, std::future::pending()));
-    Edge { url, keys, http: reqwest::Client::new() }
+    Edge {
+        url,
+        keys,
+        http: reqwest::Client::new(),
+    }
 }
 
 impl Edge {
@@ -67,16 +73,34 @@ impl Edge {
         let order_id = uuid::Uuid::now_v7();
         let mut claims = Claims::new("boxoffice", "ev", "fan", TokenUse::Order, now_s(), 600);
         claims.order_id = Some(order_id);
-        self.http.get(format!("{}/v1/orders/{order_id}", self.url)).bearer_auth(self.keys.sign(&claims))
+        self.http
+            .get(format!("{}/v1/orders/{order_id}", self.url))
+            .bearer_auth(self.keys.sign(&claims))
     }
 }
 
 async fn problem(response: reqwest::Response) -> (StatusCode, Option<String>, String) {
     let status = response.status();
-    let retry = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
-    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
     let body: Value = response.json().await.unwrap();
-    (status, retry, body["type"].as_str().unwrap().rsplit('/').next().unwrap().to_owned())
+    (
+        status,
+        retry,
+        body["type"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_owned(),
+    )
 }
 
 #[tokio::test]
@@ -87,11 +111,26 @@ async fn an_address_past_its_quota_gets_429_with_retry_after() {
     })
     .await;
     for _ in 0..3 {
-        let response = edge.http.get(format!("{}/healthz", edge.url)).send().await.unwrap();
+        let response = edge
+            .http
+            .get(format!("{}/healthz", edge.url))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
     }
-    let (status, retry, slug) = problem(edge.http.get(format!("{}/healthz", edge.url)).send().await.unwrap()).await;
-    assert_eq!((status, slug.as_str()), (StatusCode::TOO_MANY_REQUESTS, "rate-limited"));
+    let (status, retry, slug) = problem(
+        edge.http
+            .get(format!("{}/healthz", edge.url))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, slug.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "rate-limited")
+    );
     assert!(retry.unwrap().parse::<u64>().unwrap() >= 1);
 }
 
@@ -101,10 +140,24 @@ async fn when_saturated_the_gateway_sheds_at_once_instead_of_queueing() {
     let stuck = tokio::spawn(edge.hanging().send());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
-    let (status, retry, slug) = problem(edge.http.get(format!("{}/healthz", edge.url)).send().await.unwrap()).await;
-    assert_eq!((status, slug.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "overloaded"));
+    let (status, retry, slug) = problem(
+        edge.http
+            .get(format!("{}/healthz", edge.url))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, slug.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "overloaded")
+    );
     assert_eq!(retry.as_deref(), Some("1"));
-    assert!(started.elapsed() < Duration::from_secs(1), "shed, not queued: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "shed, not queued: {:?}",
+        started.elapsed()
+    );
     stuck.abort();
 }
 
@@ -113,9 +166,16 @@ async fn a_request_past_its_deadline_is_answered_503() {
     let edge = edge(|c| c.request_timeout_ms = 300).await;
     let started = Instant::now();
     let (status, retry, slug) = problem(edge.hanging().send().await.unwrap()).await;
-    assert_eq!((status, slug.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "overloaded"));
+    assert_eq!(
+        (status, slug.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "overloaded")
+    );
     assert!(retry.is_some());
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -130,11 +190,27 @@ async fn oversized_bodies_get_413_and_requests_carry_an_id() {
         .send()
         .await
         .unwrap();
-    assert!(response.headers().contains_key("x-request-id"), "a request id is made");
+    assert!(
+        response.headers().contains_key("x-request-id"),
+        "a request id is made"
+    );
     let (status, _, slug) = problem(response).await;
-    assert_eq!((status, slug.as_str()), (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large"));
-    let response = edge.http.get(format!("{}/healthz", edge.url)).header("x-request-id", "abc-123").send().await.unwrap();
-    assert_eq!(response.headers()["x-request-id"], "abc-123", "a caller's id is kept");
+    assert_eq!(
+        (status, slug.as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large")
+    );
+    let response = edge
+        .http
+        .get(format!("{}/healthz", edge.url))
+        .header("x-request-id", "abc-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["x-request-id"],
+        "abc-123",
+        "a caller's id is kept"
+    );
 }
 
 /// An order service whose health the test switches, counting the calls it gets.
@@ -164,7 +240,11 @@ async fn flaky_upstream() -> FlakyUpstream {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    FlakyUpstream { url, healthy, calls }
+    FlakyUpstream {
+        url,
+        healthy,
+        calls,
+    }
 }
 
 #[tokio::test]
@@ -194,22 +274,40 @@ async fn the_breaker_opens_on_an_outage_answers_fast_then_closes_after_recovery(
     }
     assert!(opened, "the breaker never opened");
     let through = upstream.calls.load(Ordering::SeqCst);
-    assert!(through >= 5, "it judged on at least the minimum volume: {through}");
+    assert!(
+        through >= 5,
+        "it judged on at least the minimum volume: {through}"
+    );
     for _ in 0..20 {
         let started = Instant::now();
         let (status, retry, slug) = problem(edge.hanging().send().await.unwrap()).await;
-        assert_eq!((status, slug.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "upstream-unavailable"));
+        assert_eq!(
+            (status, slug.as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, "upstream-unavailable")
+        );
         assert!(retry.is_some());
-        assert!(started.elapsed() < Duration::from_millis(100), "rejected fast: {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "rejected fast: {:?}",
+            started.elapsed()
+        );
     }
-    assert_eq!(upstream.calls.load(Ordering::SeqCst), through, "open: no call goes through");
+    assert_eq!(
+        upstream.calls.load(Ordering::SeqCst),
+        through,
+        "open: no call goes through"
+    );
 
     // The service recovers; after the open period one call tests it, and the breaker closes.
     upstream.healthy.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(2_200)).await;
     for _ in 0..5 {
         let (status, _, slug) = problem(edge.hanging().send().await.unwrap()).await;
-        assert_eq!((status, slug.as_str()), (StatusCode::NOT_FOUND, "unknown-order"), "calls flow again");
+        assert_eq!(
+            (status, slug.as_str()),
+            (StatusCode::NOT_FOUND, "unknown-order"),
+            "calls flow again"
+        );
     }
     assert_eq!(upstream.calls.load(Ordering::SeqCst), through + 5);
 }
@@ -221,11 +319,22 @@ async fn the_bulkhead_bounds_calls_to_the_order_service() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
     let (status, retry, slug) = problem(edge.hanging().send().await.unwrap()).await;
-    assert_eq!((status, slug.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "upstream-unavailable"));
+    assert_eq!(
+        (status, slug.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "upstream-unavailable")
+    );
     assert!(retry.is_some());
     assert!(started.elapsed() < Duration::from_millis(500));
     // The waiting room is unaffected by the stuck order service.
-    assert_eq!(edge.http.get(format!("{}/healthz", edge.url)).send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        edge.http
+            .get(format!("{}/healthz", edge.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
     stuck.abort();
 }
 
@@ -243,19 +352,45 @@ async fn one_fan_past_its_quota_gets_429_while_others_pass() {
             .send()
     };
     for _ in 0..2 {
-        assert_eq!(join("greedy").await.unwrap().status(), StatusCode::NOT_FOUND, "no such event, but counted");
+        assert_eq!(
+            join("greedy").await.unwrap().status(),
+            StatusCode::NOT_FOUND,
+            "no such event, but counted"
+        );
     }
     let (status, retry, slug) = problem(join("greedy").await.unwrap()).await;
-    assert_eq!((status, slug.as_str()), (StatusCode::TOO_MANY_REQUESTS, "rate-limited"));
+    assert_eq!(
+        (status, slug.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "rate-limited")
+    );
     assert!(retry.is_some());
-    assert_eq!(join("patient").await.unwrap().status(), StatusCode::NOT_FOUND, "another fan is not limited");
+    assert_eq!(
+        join("patient").await.unwrap().status(),
+        StatusCode::NOT_FOUND,
+        "another fan is not limited"
+    );
 
     // The status poll counts against the fan named by the verified ticket.
-    let ticket = edge.keys.sign(&Claims::new("boxoffice", "ev", "poller", TokenUse::Queue, now_s(), 600));
-    let poll = || edge.http.get(format!("{}/v1/events/ev/queue/status", edge.url)).bearer_auth(&ticket).send();
+    let ticket = edge.keys.sign(&Claims::new(
+        "boxoffice",
+        "ev",
+        "poller",
+        TokenUse::Queue,
+        now_s(),
+        600,
+    ));
+    let poll = || {
+        edge.http
+            .get(format!("{}/v1/events/ev/queue/status", edge.url))
+            .bearer_auth(&ticket)
+            .send()
+    };
     for _ in 0..2 {
         poll().await.unwrap();
     }
     let (status, _, slug) = problem(poll().await.unwrap()).await;
-    assert_eq!((status, slug.as_str()), (StatusCode::TOO_MANY_REQUESTS, "rate-limited"));
+    assert_eq!(
+        (status, slug.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "rate-limited")
+    );
 }

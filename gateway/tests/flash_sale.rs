@@ -15,11 +15,23 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 async fn a_goose_spike_sells_out_cleanly(options: PgPoolOptions, connect: PgConnectOptions) {
     let stack = Stack::start(options, connect).await;
     stack.create_event("spike", 30, 50.0, 1).await;
-    scenario::configure(Sale { event_id: "spike".into(), quantity: 1 });
+    scenario::configure(Sale {
+        event_id: "spike".into(),
+        quantity: 1,
+    });
 
     // 45 fans for 30 seats, all arriving within a second; each runs its journey once.
     let config = GooseConfiguration::parse_args_default(&[
-        "--host", &stack.gateway, "--users", "45", "--increase-rate", "45", "--iterations", "1", "--quiet", "--no-print-metrics",
+        "--host",
+        &stack.gateway,
+        "--users",
+        "45",
+        "--increase-rate",
+        "45",
+        "--iterations",
+        "1",
+        "--quiet",
+        "--no-print-metrics",
     ])
     .unwrap();
     let metrics = GooseAttack::initialize_with_config(config)
@@ -28,19 +40,32 @@ async fn a_goose_spike_sells_out_cleanly(options: PgPoolOptions, connect: PgConn
         .execute()
         .await
         .unwrap();
-    let buys = metrics.requests.get("POST buy").map_or(0, |m| m.success_count + m.fail_count);
+    let buys = metrics
+        .requests
+        .get("POST buy")
+        .map_or(0, |m| m.success_count + m.fail_count);
     assert!(buys >= 30, "at least the 30 winners bought: {buys}");
 
-    let mut report = loadtest::invariants::check(&stack.pool, "spike", false).await.unwrap();
+    let mut report = loadtest::invariants::check(&stack.pool, "spike", false)
+        .await
+        .unwrap();
     for _ in 0..300 {
         if report.tickets == report.confirmed_quantity && report.sold == 30 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        report = loadtest::invariants::check(&stack.pool, "spike", false).await.unwrap();
+        report = loadtest::invariants::check(&stack.pool, "spike", false)
+            .await
+            .unwrap();
     }
-    let report = loadtest::invariants::check(&stack.pool, "spike", true).await.unwrap();
+    let report = loadtest::invariants::check(&stack.pool, "spike", true)
+        .await
+        .unwrap();
     assert!(report.holds(), "{report:?}");
-    assert_eq!((report.sold, report.confirmed_quantity, report.tickets), (30, 30, 30), "sold out, exactly");
+    assert_eq!(
+        (report.sold, report.confirmed_quantity, report.tickets),
+        (30, 30, 30),
+        "sold out, exactly"
+    );
     stack.stop().await;
 }

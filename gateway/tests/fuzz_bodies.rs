@@ -19,10 +19,16 @@ struct Harness {
 }
 
 fn harness() -> Harness {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let (app, prefix, redis) = runtime.block_on(async {
         let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url.clone()).unwrap()).await.unwrap();
+        let mut redis =
+            redis::aio::ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
+                .await
+                .unwrap();
         let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
         let config = EventConfig {
             name: "Fuzz".into(),
@@ -40,7 +46,10 @@ fn harness() -> Harness {
             shuffle_seed: "seed".into(),
             adaptive: None,
         };
-        let _: () = redis.hset_multiple(EventKeys::new(&prefix, "ev").config(), &config.to_fields()).await.unwrap();
+        let _: () = redis
+            .hset_multiple(EventKeys::new(&prefix, "ev").config(), &config.to_fields())
+            .await
+            .unwrap();
         let gateway_config = gateway::Config {
             listen: String::new(),
             redis_url: url,
@@ -66,10 +75,25 @@ fn harness() -> Harness {
             breaker_open_ms: 2_000,
             upstream_timeout_ms: 1_000,
         };
-        let keys = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], b"fuzz-queue-secret-of-32-bytes-at-least").unwrap();
-        (gateway::router(gateway::AppState::new(redis.clone(), keys, gateway_config).unwrap()), prefix, redis)
+        let keys = KeySet::from_pems(
+            "boxoffice",
+            &generate_ed25519_pem(),
+            &[],
+            b"fuzz-queue-secret-of-32-bytes-at-least",
+        )
+        .unwrap();
+        (
+            gateway::router(gateway::AppState::new(redis.clone(), keys, gateway_config).unwrap()),
+            prefix,
+            redis,
+        )
     });
-    Harness { runtime, app, prefix, redis }
+    Harness {
+        runtime,
+        app,
+        prefix,
+        redis,
+    }
 }
 
 impl Drop for Harness {
@@ -85,7 +109,10 @@ impl Drop for Harness {
 fn send(h: &Harness, request: Request<Body>) -> (u16, Option<String>) {
     h.runtime.block_on(async {
         let response = h.app.clone().oneshot(request).await.unwrap();
-        let kind = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+        let kind = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned());
         (response.status().as_u16(), kind)
     })
 }

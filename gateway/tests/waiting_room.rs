@@ -47,11 +47,19 @@ fn config(rate: f64) -> EventConfig {
 impl Room {
     async fn new(config: EventConfig) -> Self {
         let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap()).await.unwrap();
+        let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
+            .await
+            .unwrap();
         let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
         let keys = EventKeys::new(&prefix, "ev");
-        let _: () = redis.hset_multiple(keys.config(), &config.to_fields()).await.unwrap();
-        let _: () = redis.hset_multiple(keys.stock(), &[("remaining", 1000), ("version", 1)]).await.unwrap();
+        let _: () = redis
+            .hset_multiple(keys.config(), &config.to_fields())
+            .await
+            .unwrap();
+        let _: () = redis
+            .hset_multiple(keys.stock(), &[("remaining", 1000), ("version", 1)])
+            .await
+            .unwrap();
         let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
         let gateway_config = gateway::Config {
             listen: String::new(),
@@ -80,24 +88,50 @@ impl Room {
             breaker_open_ms: 2_000,
         };
         let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
-        let app = gateway::router(gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap());
-        Self { redis, prefix, keys, app }
+        let app =
+            gateway::router(gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap());
+        Self {
+            redis,
+            prefix,
+            keys,
+            app,
+        }
     }
 
     fn admitter(&self, replica: &str) -> Admitter {
-        Admitter::new(self.redis.clone(), &self.prefix, replica, Duration::from_millis(1000), Duration::from_millis(100))
+        Admitter::new(
+            self.redis.clone(),
+            &self.prefix,
+            replica,
+            Duration::from_millis(1000),
+            Duration::from_millis(100),
+        )
     }
 
     async fn set(&self, field: &str, value: impl ToString) {
-        let _: () = self.redis.clone().hset(self.keys.config(), field, value.to_string()).await.unwrap();
+        let _: () = self
+            .redis
+            .clone()
+            .hset(self.keys.config(), field, value.to_string())
+            .await
+            .unwrap();
     }
 
     async fn call(&self, request: Request<Body>) -> (StatusCode, Option<String>, Value) {
         let response = self.app.clone().oneshot(request).await.unwrap();
         let status = response.status();
-        let retry = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
-        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
-        (status, retry, serde_json::from_slice(&body).unwrap_or(Value::Null))
+        let retry = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            retry,
+            serde_json::from_slice(&body).unwrap_or(Value::Null),
+        )
     }
 
     async fn join(&self, fan: &str) -> (StatusCode, Option<String>, Value) {
@@ -121,13 +155,19 @@ impl Room {
     }
 
     async fn info(&self) -> Value {
-        self.call(Request::get("/v1/events/ev").body(Body::empty()).unwrap()).await.2
+        self.call(Request::get("/v1/events/ev").body(Body::empty()).unwrap())
+            .await
+            .2
     }
 
     /// Admitted fans in admission order (the active set's score is the expiry,
     /// which grows with each tick).
     async fn admitted(&self) -> Vec<String> {
-        self.redis.clone().zrange(self.keys.active(), 0, -1).await.unwrap()
+        self.redis
+            .clone()
+            .zrange(self.keys.active(), 0, -1)
+            .await
+            .unwrap()
     }
 
     async fn cleanup(mut self) {
@@ -137,7 +177,12 @@ impl Room {
 }
 
 fn slug(body: &Value) -> &str {
-    body["type"].as_str().unwrap_or_default().rsplit('/').next().unwrap()
+    body["type"]
+        .as_str()
+        .unwrap_or_default()
+        .rsplit('/')
+        .next()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -147,7 +192,10 @@ async fn prequeue_fans_go_first_in_the_published_seed_order_then_fifo() {
     let room = Room::new(config).await;
     let before = room.info().await;
     assert_eq!(before["state"], "prequeue");
-    assert!(before["shuffle_seed"].is_null(), "the seed stays secret until opening");
+    assert!(
+        before["shuffle_seed"].is_null(),
+        "the seed stays secret until opening"
+    );
     let commitment = before["shuffle_commitment"].as_str().unwrap().to_owned();
 
     let early: Vec<String> = (0..200).map(|i| format!("early-{i}")).collect();
@@ -160,13 +208,21 @@ async fn prequeue_fans_go_first_in_the_published_seed_order_then_fifo() {
     for (i, fan) in late.iter().enumerate() {
         let (status, _, body) = room.join(fan).await;
         assert_eq!(status, StatusCode::CREATED);
-        assert_eq!(body["position"], 201 + i, "a late fan queues behind every earlier one");
+        assert_eq!(
+            body["position"],
+            201 + i,
+            "a late fan queues behind every earlier one"
+        );
     }
 
     let after = room.info().await;
     assert_eq!(after["shuffle_commitment"], commitment.as_str());
     let seed = after["shuffle_seed"].as_str().unwrap();
-    assert_eq!(seed_commitment(seed), commitment, "the published seed matches its commitment");
+    assert_eq!(
+        seed_commitment(seed),
+        commitment,
+        "the published seed matches its commitment"
+    );
     let mut expected = early.clone();
     expected.sort_by_key(|fan| (prequeue_score(seed, fan), fan.clone()));
     assert_ne!(expected, early, "the prequeue is shuffled, not FIFO");
@@ -189,14 +245,29 @@ async fn repeat_join_keeps_the_place_and_status_reports_it() {
         room.join(fan).await;
     }
     let (status, retry, body) = room.join("b").await;
-    assert_eq!((status, body["position"].as_i64()), (StatusCode::OK, Some(2)));
-    let samples: Vec<String> = room.redis.clone().zrange(room.keys.joins(), 0, -1).await.unwrap();
-    assert_eq!(samples.len(), 1, "one (sequence, time) sample a second: {samples:?}");
+    assert_eq!(
+        (status, body["position"].as_i64()),
+        (StatusCode::OK, Some(2))
+    );
+    let samples: Vec<String> = room
+        .redis
+        .clone()
+        .zrange(room.keys.joins(), 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(
+        samples.len(),
+        1,
+        "one (sequence, time) sample a second: {samples:?}"
+    );
     assert!(samples[0].starts_with("1:"));
     assert!(retry.is_some());
     let (status, retry, waiting) = room.status(body["queue_ticket"].as_str().unwrap()).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!((waiting["state"].as_str(), waiting["position"].as_i64()), (Some("waiting"), Some(2)));
+    assert_eq!(
+        (waiting["state"].as_str(), waiting["position"].as_i64()),
+        (Some("waiting"), Some(2))
+    );
     assert_eq!(waiting["eta_seconds"], 1, "2 fans at 4 fans/s");
     let retry: u64 = retry.unwrap().parse().unwrap();
     assert!((1..=30).contains(&retry));
@@ -212,9 +283,16 @@ async fn a_full_room_answers_429_with_retry_after() {
         assert_eq!(room.join(fan).await.0, StatusCode::CREATED);
     }
     let (status, retry, body) = room.join("d").await;
-    assert_eq!((status, slug(&body)), (StatusCode::TOO_MANY_REQUESTS, "room-full"));
+    assert_eq!(
+        (status, slug(&body)),
+        (StatusCode::TOO_MANY_REQUESTS, "room-full")
+    );
     assert!(retry.is_some());
-    assert_eq!(room.join("a").await.0, StatusCode::OK, "those inside can still check in");
+    assert_eq!(
+        room.join("a").await.0,
+        StatusCode::OK,
+        "those inside can still check in"
+    );
     room.cleanup().await;
 }
 
@@ -243,16 +321,39 @@ async fn an_unused_admission_lapses_and_its_slot_returns() {
     let admitter = room.admitter("a");
     let now = now_ms();
     admitter.tick_event("ev", now).await.unwrap();
-    assert_eq!(admitter.tick_event("ev", now + 100).await.unwrap(), Tick::Led { admitted: 1, active: 1 });
-    assert_eq!(admitter.tick_event("ev", now + 200).await.unwrap(), Tick::Led { admitted: 0, active: 1 }, "the cap holds");
+    assert_eq!(
+        admitter.tick_event("ev", now + 100).await.unwrap(),
+        Tick::Led {
+            admitted: 1,
+            active: 1
+        }
+    );
+    assert_eq!(
+        admitter.tick_event("ev", now + 200).await.unwrap(),
+        Tick::Led {
+            admitted: 0,
+            active: 1
+        },
+        "the cap holds"
+    );
     let (status, _, body) = room.status(first["queue_ticket"].as_str().unwrap()).await;
-    assert_eq!((status, body["state"].as_str()), (StatusCode::OK, Some("admitted")));
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (StatusCode::OK, Some("admitted"))
+    );
     assert!(body["access_token"].is_string());
 
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let (status, _, body) = room.status(first["queue_ticket"].as_str().unwrap()).await;
     assert_eq!((status, slug(&body)), (StatusCode::GONE, "expired"));
-    assert_eq!(admitter.tick_event("ev", now_ms()).await.unwrap(), Tick::Led { admitted: 1, active: 1 }, "the slot returned");
+    assert_eq!(
+        admitter.tick_event("ev", now_ms()).await.unwrap(),
+        Tick::Led {
+            admitted: 1,
+            active: 1
+        },
+        "the slot returned"
+    );
     let (_, _, body) = room.status(second["queue_ticket"].as_str().unwrap()).await;
     assert_eq!(body["state"], "admitted");
     room.cleanup().await;
@@ -262,7 +363,12 @@ async fn an_unused_admission_lapses_and_its_slot_returns() {
 async fn sold_out_is_answered_at_the_edge_and_stops_admission() {
     let room = Room::new(config(100.0)).await;
     let (_, _, waiting) = room.join("a").await;
-    let _: () = room.redis.clone().hset(room.keys.stock(), "remaining", 0).await.unwrap();
+    let _: () = room
+        .redis
+        .clone()
+        .hset(room.keys.stock(), "remaining", 0)
+        .await
+        .unwrap();
     let (status, _, body) = room.join("b").await;
     assert_eq!((status, slug(&body)), (StatusCode::GONE, "sold-out"));
     let (status, _, body) = room.status(waiting["queue_ticket"].as_str().unwrap()).await;
@@ -271,7 +377,13 @@ async fn sold_out_is_answered_at_the_edge_and_stops_admission() {
     let now = now_ms();
     admitter.tick_event("ev", now).await.unwrap();
     // 100 fans/s would admit 10 in this tick; sold out, none.
-    assert_eq!(admitter.tick_event("ev", now + 100).await.unwrap(), Tick::Led { admitted: 0, active: 0 });
+    assert_eq!(
+        admitter.tick_event("ev", now + 100).await.unwrap(),
+        Tick::Led {
+            admitted: 0,
+            active: 0
+        }
+    );
     assert_eq!(room.info().await["state"], "sold_out");
     room.cleanup().await;
 }
@@ -283,10 +395,16 @@ async fn each_event_admits_at_its_own_rate() {
     let mut other_config = config(30.0);
     other_config.name = "Other".into();
     let mut redis = room.redis.clone();
-    let _: () = redis.hset_multiple(other.config(), &other_config.to_fields()).await.unwrap();
+    let _: () = redis
+        .hset_multiple(other.config(), &other_config.to_fields())
+        .await
+        .unwrap();
     let _: () = redis.sadd(events_key(&room.prefix), "other").await.unwrap();
     for i in 0..100 {
-        let _: () = redis.zadd(room.keys.queue(), format!("a{i}"), i).await.unwrap();
+        let _: () = redis
+            .zadd(room.keys.queue(), format!("a{i}"), i)
+            .await
+            .unwrap();
         let _: () = redis.zadd(other.queue(), format!("b{i}"), i).await.unwrap();
     }
     let admitter = room.admitter("a");
@@ -297,7 +415,16 @@ async fn each_event_admits_at_its_own_rate() {
     let a: u64 = redis.zcard(room.keys.active()).await.unwrap();
     let b: u64 = redis.zcard(other.active()).await.unwrap();
     assert_eq!((a, b), (20, 60), "2 s at 10/s and at 30/s");
-    let _: () = redis.del(&[other.config(), other.queue(), other.active(), other.admit(), other.lease()]).await.unwrap();
+    let _: () = redis
+        .del(&[
+            other.config(),
+            other.queue(),
+            other.active(),
+            other.admit(),
+            other.lease(),
+        ])
+        .await
+        .unwrap();
     room.cleanup().await;
 }
 
@@ -305,17 +432,42 @@ async fn each_event_admits_at_its_own_rate() {
 async fn the_edge_sees_a_settings_change_within_its_cache_ttl() {
     let room = Room::new(config(10.0)).await;
     let cache = gateway::cache::EventCache::new(Duration::from_millis(150));
-    let first = cache.get(&room.redis, &room.keys, "ev").await.unwrap().unwrap();
+    let first = cache
+        .get(&room.redis, &room.keys, "ev")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(first.rate(), 10.0);
     room.set("rate", 99).await;
-    let cached = cache.get(&room.redis, &room.keys, "ev").await.unwrap().unwrap();
+    let cached = cache
+        .get(&room.redis, &room.keys, "ev")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(cached.rate(), 10.0, "within the ttl the copy is served");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let fresh = cache.get(&room.redis, &room.keys, "ev").await.unwrap().unwrap();
+    let fresh = cache
+        .get(&room.redis, &room.keys, "ev")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(fresh.rate(), 99.0, "after the ttl the change is seen");
     room.set("paused", 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(cache.get(&room.redis, &room.keys, "ev").await.unwrap().unwrap().rate(), 0.0, "paused means no progress");
-    assert!(cache.get(&room.redis, &EventKeys::new(&room.prefix, "nope"), "nope").await.unwrap().is_none());
+    assert_eq!(
+        cache
+            .get(&room.redis, &room.keys, "ev")
+            .await
+            .unwrap()
+            .unwrap()
+            .rate(),
+        0.0,
+        "paused means no progress"
+    );
+    assert!(cache
+        .get(&room.redis, &EventKeys::new(&room.prefix, "nope"), "nope")
+        .await
+        .unwrap()
+        .is_none());
     room.cleanup().await;
 }

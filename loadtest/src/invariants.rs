@@ -36,12 +36,17 @@ pub async fn check(pool: &PgPool, event_id: &str, tickets_due: bool) -> sqlx::Re
             .fetch_optional(pool)
             .await?;
     let Some((capacity, reserved, sold)) = stock else {
-        report.violations.push(format!("event {event_id} has no inventory row"));
+        report
+            .violations
+            .push(format!("event {event_id} has no inventory row"));
         return Ok(report);
     };
-    (report.capacity, report.reserved, report.sold) = (capacity.into(), reserved.into(), sold.into());
+    (report.capacity, report.reserved, report.sold) =
+        (capacity.into(), reserved.into(), sold.into());
     if report.reserved + report.sold > report.capacity {
-        report.violations.push(format!("oversold: reserved {reserved} + sold {sold} > capacity {capacity}"));
+        report.violations.push(format!(
+            "oversold: reserved {reserved} + sold {sold} > capacity {capacity}"
+        ));
     }
     (report.confirmed_orders, report.confirmed_quantity) = sqlx::query_as(
         "SELECT count(*), coalesce(sum(quantity), 0)::bigint FROM orders WHERE event_id = $1 AND status = 'confirmed'",
@@ -50,7 +55,10 @@ pub async fn check(pool: &PgPool, event_id: &str, tickets_due: bool) -> sqlx::Re
     .fetch_one(pool)
     .await?;
     if report.confirmed_quantity != report.sold {
-        report.violations.push(format!("confirmed quantities {} differ from sold {sold}", report.confirmed_quantity));
+        report.violations.push(format!(
+            "confirmed quantities {} differ from sold {sold}",
+            report.confirmed_quantity
+        ));
     }
     let outbox_mismatch: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM orders o WHERE o.event_id = $1 AND o.status = 'confirmed'
@@ -60,7 +68,9 @@ pub async fn check(pool: &PgPool, event_id: &str, tickets_due: bool) -> sqlx::Re
     .fetch_one(pool)
     .await?;
     if outbox_mismatch > 0 {
-        report.violations.push(format!("{outbox_mismatch} confirmed orders without exactly one OrderConfirmed outbox row"));
+        report.violations.push(format!(
+            "{outbox_mismatch} confirmed orders without exactly one OrderConfirmed outbox row"
+        ));
     }
     report.tickets = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE event_id = $1")
         .bind(event_id)
@@ -74,7 +84,9 @@ pub async fn check(pool: &PgPool, event_id: &str, tickets_due: bool) -> sqlx::Re
     .fetch_one(pool)
     .await?;
     if wrong_sets > 0 {
-        report.violations.push(format!("{wrong_sets} orders with a partial or doubled ticket set"));
+        report.violations.push(format!(
+            "{wrong_sets} orders with a partial or doubled ticket set"
+        ));
     }
     let orphans: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM tickets t JOIN orders o USING (order_id) WHERE t.event_id = $1 AND o.status <> 'confirmed'",
@@ -83,10 +95,15 @@ pub async fn check(pool: &PgPool, event_id: &str, tickets_due: bool) -> sqlx::Re
     .fetch_one(pool)
     .await?;
     if orphans > 0 {
-        report.violations.push(format!("{orphans} tickets of orders that are not confirmed"));
+        report.violations.push(format!(
+            "{orphans} tickets of orders that are not confirmed"
+        ));
     }
     if tickets_due && report.tickets != report.confirmed_quantity {
-        report.violations.push(format!("{} tickets for {} confirmed seats", report.tickets, report.confirmed_quantity));
+        report.violations.push(format!(
+            "{} tickets for {} confirmed seats",
+            report.tickets, report.confirmed_quantity
+        ));
     }
     Ok(report)
 }

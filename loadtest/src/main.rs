@@ -20,7 +20,10 @@ use loadtest::scenario::{self, Sale};
 async fn main() -> anyhow::Result<()> {
     let sale = Sale {
         event_id: std::env::var("BOXOFFICE_EVENT").unwrap_or_else(|_| "demo".into()),
-        quantity: std::env::var("BOXOFFICE_QUANTITY").ok().and_then(|q| q.parse().ok()).unwrap_or(1),
+        quantity: std::env::var("BOXOFFICE_QUANTITY")
+            .ok()
+            .and_then(|q| q.parse().ok())
+            .unwrap_or(1),
     };
     let event = sale.event_id.clone();
     scenario::configure(sale);
@@ -42,7 +45,10 @@ async fn main() -> anyhow::Result<()> {
             report = loadtest::invariants::check(&pool, &event, false).await?;
         }
         let report = loadtest::invariants::check(&pool, &event, true).await?;
-        println!("invariants for {event}: {}", serde_json::to_string_pretty(&report)?);
+        println!(
+            "invariants for {event}: {}",
+            serde_json::to_string_pretty(&report)?
+        );
         anyhow::ensure!(report.holds(), "invariants broken: {:?}", report.violations);
     }
     Ok(())

@@ -24,12 +24,16 @@ pub fn configure(sale: Sale) {
 }
 
 fn sale() -> &'static Sale {
-    SALE.get_or_init(|| Sale { event_id: "demo".into(), quantity: 1 })
+    SALE.get_or_init(|| Sale {
+        event_id: "demo".into(),
+        quantity: 1,
+    })
 }
 
 /// The scenario to register: one transaction, one fan's whole journey.
 pub fn flash_sale() -> Scenario {
-    scenario!("FlashSaleFan").register_transaction(transaction!(fan_journey).set_name("fan journey"))
+    scenario!("FlashSaleFan")
+        .register_transaction(transaction!(fan_journey).set_name("fan journey"))
 }
 
 /// `Retry-After` in seconds, capped so a run never stalls on one fan.
@@ -43,7 +47,14 @@ fn retry_after(response: &reqwest::Response) -> Duration {
     Duration::from_secs(seconds.clamp(1, 30))
 }
 
-async fn send(user: &mut GooseUser, name: &str, method: GooseMethod, path: &str, token: Option<&str>, body: Option<Value>) -> Result<Option<reqwest::Response>, Box<TransactionError>> {
+async fn send(
+    user: &mut GooseUser,
+    name: &str,
+    method: GooseMethod,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Result<Option<reqwest::Response>, Box<TransactionError>> {
     let mut builder = user.get_request_builder(&method, path)?;
     if let Some(token) = token {
         builder = builder.bearer_auth(token);
@@ -51,7 +62,12 @@ async fn send(user: &mut GooseUser, name: &str, method: GooseMethod, path: &str,
     if let Some(body) = body {
         builder = builder.json(&body);
     }
-    let request = GooseRequest::builder().method(method).path(path).name(name).set_request_builder(builder).build();
+    let request = GooseRequest::builder()
+        .method(method)
+        .path(path)
+        .name(name)
+        .set_request_builder(builder)
+        .build();
     Ok(user.request(request).await?.response.ok())
 }
 
@@ -62,8 +78,21 @@ async fn json_of(response: reqwest::Response) -> Option<Value> {
 /// One fan, from joining to a confirmed order (or a clear "no").
 pub async fn fan_journey(user: &mut GooseUser) -> TransactionResult {
     let event = sale().event_id.clone();
-    let fan = format!("goose-{}-{}", user.weighted_users_index, rand::random::<u32>());
-    let Some(joined) = send(user, "join", GooseMethod::Post, &format!("/v1/events/{event}/queue"), None, Some(json!({ "fan_id": fan }))).await? else {
+    let fan = format!(
+        "goose-{}-{}",
+        user.weighted_users_index,
+        rand::random::<u32>()
+    );
+    let Some(joined) = send(
+        user,
+        "join",
+        GooseMethod::Post,
+        &format!("/v1/events/{event}/queue"),
+        None,
+        Some(json!({ "fan_id": fan })),
+    )
+    .await?
+    else {
         return Ok(());
     };
     if !joined.status().is_success() {
@@ -71,13 +100,25 @@ pub async fn fan_journey(user: &mut GooseUser) -> TransactionResult {
         tokio::time::sleep(retry_after(&joined)).await;
         return Ok(());
     }
-    let Some(ticket) = json_of(joined).await.and_then(|b| b["queue_ticket"].as_str().map(str::to_owned)) else {
+    let Some(ticket) = json_of(joined)
+        .await
+        .and_then(|b| b["queue_ticket"].as_str().map(str::to_owned))
+    else {
         return Ok(());
     };
 
     let status_path = format!("/v1/events/{event}/queue/status");
     let access = loop {
-        let Some(response) = send(user, "status", GooseMethod::Get, &status_path, Some(&ticket), None).await? else {
+        let Some(response) = send(
+            user,
+            "status",
+            GooseMethod::Get,
+            &status_path,
+            Some(&ticket),
+            None,
+        )
+        .await?
+        else {
             return Ok(());
         };
         if !response.status().is_success() {
@@ -92,28 +133,52 @@ pub async fn fan_journey(user: &mut GooseUser) -> TransactionResult {
     };
 
     let key = format!("{fan}-buy");
-    let mut builder = user.get_request_builder(&GooseMethod::Post, &format!("/v1/events/{event}/orders"))?;
-    builder = builder.bearer_auth(&access).header("idempotency-key", key).json(&json!({ "quantity": sale().quantity }));
-    let request = GooseRequest::builder().method(GooseMethod::Post).path("/orders").name("buy").set_request_builder(builder).build();
-    let Ok(bought) = user.request(request).await?.response else { return Ok(()) };
+    let mut builder =
+        user.get_request_builder(&GooseMethod::Post, &format!("/v1/events/{event}/orders"))?;
+    builder = builder
+        .bearer_auth(&access)
+        .header("idempotency-key", key)
+        .json(&json!({ "quantity": sale().quantity }));
+    let request = GooseRequest::builder()
+        .method(GooseMethod::Post)
+        .path("/orders")
+        .name("buy")
+        .set_request_builder(builder)
+        .build();
+    let Ok(bought) = user.request(request).await?.response else {
+        return Ok(());
+    };
     if !bought.status().is_success() {
         return Ok(());
     }
     let body = json_of(bought).await.unwrap_or_default();
-    let (Some(order_id), Some(order_token)) = (body["order_id"].as_str(), body["order_token"].as_str()) else {
+    let (Some(order_id), Some(order_token)) =
+        (body["order_id"].as_str(), body["order_token"].as_str())
+    else {
         return Ok(());
     };
     let (order_id, order_token) = (order_id.to_owned(), order_token.to_owned());
     for _ in 0..60 {
-        let Some(response) = send(user, "order", GooseMethod::Get, &format!("/v1/orders/{order_id}"), Some(&order_token), None).await? else {
+        let Some(response) = send(
+            user,
+            "order",
+            GooseMethod::Get,
+            &format!("/v1/orders/{order_id}"),
+            Some(&order_token),
+            None,
+        )
+        .await?
+        else {
             return Ok(());
         };
         let body = json_of(response).await.unwrap_or_default();
-        if matches!(body["status"].as_str(), Some("confirmed" | "failed" | "cancelled")) {
+        if matches!(
+            body["status"].as_str(),
+            Some("confirmed" | "failed" | "cancelled")
+        ) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Ok(())
 }
-

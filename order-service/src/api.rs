@@ -47,7 +47,11 @@ impl From<StoreError> for Problem {
             }
             StoreError::Db(error) => {
                 tracing::error!(%error, "database error");
-                Problem::unavailable("upstream-unavailable", "the order database is unavailable", 1)
+                Problem::unavailable(
+                    "upstream-unavailable",
+                    "the order database is unavailable",
+                    1,
+                )
             }
         }
     }
@@ -70,7 +74,12 @@ pub struct StockView {
 
 impl From<Stock> for StockView {
     fn from(s: Stock) -> Self {
-        Self { capacity: s.capacity, reserved: s.reserved, sold: s.sold, remaining: s.remaining() }
+        Self {
+            capacity: s.capacity,
+            reserved: s.reserved,
+            sold: s.sold,
+            remaining: s.remaining(),
+        }
     }
 }
 
@@ -95,7 +104,14 @@ async fn put_event(
             "name must be non-empty; capacity and price_cents must not be negative",
         ));
     }
-    let stock = store::upsert_event(&state.pool, &event_id, &spec.name, spec.capacity, spec.price_cents).await?;
+    let stock = store::upsert_event(
+        &state.pool,
+        &event_id,
+        &spec.name,
+        spec.capacity,
+        spec.price_cents,
+    )
+    .await?;
     state.stock.publish(&event_id, stock).await;
     Ok(axum::Json(stock.into()))
 }
@@ -105,7 +121,9 @@ async fn get_event(
     Path(event_id): Path<String>,
 ) -> Result<axum::Json<StockView>, Problem> {
     check_event_id(&event_id)?;
-    Ok(axum::Json(store::stock(&state.pool, &event_id).await?.into()))
+    Ok(axum::Json(
+        store::stock(&state.pool, &event_id).await?.into(),
+    ))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -146,7 +164,10 @@ impl OrderView {
     }
 }
 
-async fn place_order(State(state): State<AppState>, Json(req): Json<PlaceOrder>) -> Result<Response, Problem> {
+async fn place_order(
+    State(state): State<AppState>,
+    Json(req): Json<PlaceOrder>,
+) -> Result<Response, Problem> {
     check_event_id(&req.event_id)?;
     if !(1..=MAX_QUANTITY).contains(&req.quantity) {
         return Err(Problem::new(
@@ -173,7 +194,11 @@ async fn place_order(State(state): State<AppState>, Json(req): Json<PlaceOrder>)
         }
         Placed::Existing(order) => {
             if order.fan_id != req.fan_id || order.event_id != req.event_id {
-                return Err(Problem::new(StatusCode::CONFLICT, "order-id-taken", "this order id belongs to another purchase"));
+                return Err(Problem::new(
+                    StatusCode::CONFLICT,
+                    "order-id-taken",
+                    "this order id belongs to another purchase",
+                ));
             }
             Ok((StatusCode::OK, axum::Json(OrderView::new(order, 0))).into_response())
         }
@@ -188,7 +213,10 @@ async fn place_order(State(state): State<AppState>, Json(req): Json<PlaceOrder>)
     }
 }
 
-async fn get_order(State(state): State<AppState>, Path(order_id): Path<Uuid>) -> Result<axum::Json<OrderView>, Problem> {
+async fn get_order(
+    State(state): State<AppState>,
+    Path(order_id): Path<Uuid>,
+) -> Result<axum::Json<OrderView>, Problem> {
     let (order, tickets) = store::order(&state.pool, order_id)
         .await?
         .ok_or_else(|| Problem::not_found("unknown-order", "no such order"))?;
@@ -196,10 +224,21 @@ async fn get_order(State(state): State<AppState>, Path(order_id): Path<Uuid>) ->
 }
 
 /// Order latency, outbox backlog and consumer lag (`null` when the broker does not answer in time).
-async fn pipeline_health(State(state): State<AppState>) -> Result<axum::Json<health::Health>, Problem> {
-    let mut report = health::database(&state.pool).await.map_err(StoreError::Db)?;
-    let (brokers, group, topic) = (state.config.kafka_brokers.clone(), state.config.worker_group.clone(), state.config.topic.clone());
-    let lag = tokio::task::spawn_blocking(move || health::partition_lag(&brokers, &group, &topic, std::time::Duration::from_secs(2))).await;
+async fn pipeline_health(
+    State(state): State<AppState>,
+) -> Result<axum::Json<health::Health>, Problem> {
+    let mut report = health::database(&state.pool)
+        .await
+        .map_err(StoreError::Db)?;
+    let (brokers, group, topic) = (
+        state.config.kafka_brokers.clone(),
+        state.config.worker_group.clone(),
+        state.config.topic.clone(),
+    );
+    let lag = tokio::task::spawn_blocking(move || {
+        health::partition_lag(&brokers, &group, &topic, std::time::Duration::from_secs(2))
+    })
+    .await;
     report.consumer_lag = match lag {
         Ok(Ok(partitions)) => Some(partitions.iter().map(|(_, lag)| lag).sum()),
         Ok(Err(error)) => {
@@ -217,6 +256,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
     if db && redis {
         "ready".into_response()
     } else {
-        Problem::unavailable("not-ready", format!("postgres up: {db}, redis up: {redis}"), 1).into_response()
+        Problem::unavailable(
+            "not-ready",
+            format!("postgres up: {db}, redis up: {redis}"),
+            1,
+        )
+        .into_response()
     }
 }

@@ -4,7 +4,11 @@
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "order-service", version, about = "BoxOffice order saga, outbox relay and ticket workers")]
+#[command(
+    name = "order-service",
+    version,
+    about = "BoxOffice order saga, outbox relay and ticket workers"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -23,7 +27,11 @@ pub struct ServeConfig {
     /// Address of the internal HTTP API.
     #[arg(long, env = "ORDER_SERVICE_LISTEN", default_value = "127.0.0.1:8082")]
     pub listen: String,
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/boxoffice")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/boxoffice"
+    )]
     pub database_url: String,
     /// Postgres connections; each saga runner and the relay hold one while working.
     #[arg(long, env = "ORDER_SERVICE_DB_CONNECTIONS", default_value_t = 16)]
@@ -66,7 +74,11 @@ pub struct WorkerConfig {
     /// Address of the health endpoint.
     #[arg(long, env = "WORKER_LISTEN", default_value = "127.0.0.1:8083")]
     pub listen: String,
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/boxoffice")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/boxoffice"
+    )]
     pub database_url: String,
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,

@@ -33,12 +33,22 @@ pub async fn database(pool: &PgPool) -> sqlx::Result<Health> {
     )
     .fetch_one(pool)
     .await?;
-    Ok(Health { order_latency_p95_ms: p95, outbox_backlog: backlog, outbox_oldest_age_s: oldest.unwrap_or(0.0), consumer_lag: None })
+    Ok(Health {
+        order_latency_p95_ms: p95,
+        outbox_backlog: backlog,
+        outbox_oldest_age_s: oldest.unwrap_or(0.0),
+        consumer_lag: None,
+    })
 }
 
 /// Per partition: high watermark − the group's committed offset (the whole
 /// partition when nothing is committed yet). Blocking; run it off the runtime.
-pub fn partition_lag(brokers: &str, group: &str, topic: &str, timeout: Duration) -> anyhow::Result<Vec<(i32, i64)>> {
+pub fn partition_lag(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    timeout: Duration,
+) -> anyhow::Result<Vec<(i32, i64)>> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)

@@ -12,7 +12,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(config) => {
             let pool = connect_db(&config.database_url, config.db_connections).await?;
             let redis = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
-            let redis = redis::aio::ConnectionManager::new(redis).await.context("connecting to Redis")?;
+            let redis = redis::aio::ConnectionManager::new(redis)
+                .await
+                .context("connecting to Redis")?;
             let listener = tokio::net::TcpListener::bind(&config.listen)
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;
@@ -39,7 +41,9 @@ async fn main() -> anyhow::Result<()> {
             let health = order_service::worker::health_router(pool.clone());
             let stop = cancel.clone();
             tokio::spawn(async move {
-                axum::serve(listener, health).with_graceful_shutdown(stop.cancelled_owned()).await
+                axum::serve(listener, health)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
             });
             tracing::info!(topic = %config.topic, group = %config.group, listen = %config.listen, "ticket worker starting");
             order_service::worker::run(config, pool, cancel).await

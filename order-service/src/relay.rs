@@ -48,7 +48,12 @@ struct Row {
 }
 
 /// Relays until cancelled. Errors are logged and retried with a pause.
-pub async fn run(pool: PgPool, producer: FutureProducer, config: RelayConfig, cancel: CancellationToken) {
+pub async fn run(
+    pool: PgPool,
+    producer: FutureProducer,
+    config: RelayConfig,
+    cancel: CancellationToken,
+) {
     let mut last_cleanup = tokio::time::Instant::now();
     while !cancel.is_cancelled() {
         let pause = match relay_batch(&pool, &producer, &config).await {
@@ -73,7 +78,11 @@ pub async fn run(pool: PgPool, producer: FutureProducer, config: RelayConfig, ca
 }
 
 /// Publishes one batch; returns how many rows it published.
-pub async fn relay_batch(pool: &PgPool, producer: &FutureProducer, config: &RelayConfig) -> anyhow::Result<usize> {
+pub async fn relay_batch(
+    pool: &PgPool,
+    producer: &FutureProducer,
+    config: &RelayConfig,
+) -> anyhow::Result<usize> {
     let mut tx = pool.begin().await?;
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT id, aggregate_id, event_type, payload FROM outbox
@@ -85,12 +94,21 @@ pub async fn relay_batch(pool: &PgPool, producer: &FutureProducer, config: &Rela
     if rows.is_empty() {
         return Ok(0);
     }
-    let bodies: Vec<Vec<u8>> = rows.iter().map(|r| serde_json::to_vec(&r.payload)).collect::<Result<_, _>>()?;
+    let bodies: Vec<Vec<u8>> = rows
+        .iter()
+        .map(|r| serde_json::to_vec(&r.payload))
+        .collect::<Result<_, _>>()?;
     // Sends are queued in id order; the idempotent producer keeps that order per partition.
     let sends = rows.iter().zip(&bodies).map(|(row, body)| {
         let headers = OwnedHeaders::new()
-            .insert(Header { key: "ce_type", value: Some(row.event_type.as_str()) })
-            .insert(Header { key: "content-type", value: Some("application/cloudevents+json") });
+            .insert(Header {
+                key: "ce_type",
+                value: Some(row.event_type.as_str()),
+            })
+            .insert(Header {
+                key: "content-type",
+                value: Some("application/cloudevents+json"),
+            });
         let record = FutureRecord::to(&config.topic)
             .key(row.aggregate_id.as_bytes())
             .payload(body.as_slice())

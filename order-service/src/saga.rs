@@ -68,10 +68,18 @@ pub async fn advance_one(pool: &sqlx::PgPool) -> Result<bool, StoreError> {
             store::set_status(&mut tx, order.order_id, "charged").await?;
         }
         Some(Step::SellAndConfirm) => {
-            let first_seat = store::sell_held_seats(&mut tx, &order.event_id, order.quantity).await?;
+            let first_seat =
+                store::sell_held_seats(&mut tx, &order.event_id, order.quantity).await?;
             let event = confirmed_event(&order, first_seat);
             let payload = serde_json::to_value(&event).expect("serializing an envelope");
-            store::confirm(&mut tx, order.order_id, first_seat, ORDER_CONFIRMED_V1, &payload).await?;
+            store::confirm(
+                &mut tx,
+                order.order_id,
+                first_seat,
+                ORDER_CONFIRMED_V1,
+                &payload,
+            )
+            .await?;
             tracing::info!(order_id = %order.order_id, first_seat, "order confirmed");
         }
         None => {}

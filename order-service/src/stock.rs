@@ -46,6 +46,9 @@ impl StockView {
 
     pub async fn ping(&self) -> bool {
         let mut redis = self.redis.clone();
-        redis::cmd("PING").query_async::<String>(&mut redis).await.is_ok()
+        redis::cmd("PING")
+            .query_async::<String>(&mut redis)
+            .await
+            .is_ok()
     }
 }

@@ -178,7 +178,9 @@ pub async fn place_order(
         None => {
             // A concurrent retry of the same order won; undo our hold.
             tx.rollback().await?;
-            let (existing, _) = order(pool, order_id).await?.ok_or(StoreError::UnknownEvent)?;
+            let (existing, _) = order(pool, order_id)
+                .await?
+                .ok_or(StoreError::UnknownEvent)?;
             Ok(Placed::Existing(existing))
         }
     }

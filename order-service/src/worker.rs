@@ -63,7 +63,12 @@ pub fn health_router(pool: PgPool) -> axum::Router {
             axum::routing::get(move || async move {
                 match sqlx::query("SELECT 1").execute(&pool).await {
                     Ok(_) => "ready".into_response(),
-                    Err(_) => boxoffice_contract::Problem::unavailable("not-ready", "postgres is unreachable", 1).into_response(),
+                    Err(_) => boxoffice_contract::Problem::unavailable(
+                        "not-ready",
+                        "postgres is unreachable",
+                        1,
+                    )
+                    .into_response(),
                 }
             }),
         )
@@ -86,10 +91,15 @@ pub fn consumer(config: &WorkerConfig) -> anyhow::Result<StreamConsumer> {
 }
 
 /// Consumes until cancelled, then commits what is done and returns.
-pub async fn run(config: WorkerConfig, pool: PgPool, cancel: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    config: WorkerConfig,
+    pool: PgPool,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
     let consumer = consumer(&config)?;
     let mut done: HashMap<(String, i32), i64> = HashMap::new();
-    let mut commit_tick = tokio::time::interval(Duration::from_millis(config.commit_interval_ms.max(10)));
+    let mut commit_tick =
+        tokio::time::interval(Duration::from_millis(config.commit_interval_ms.max(10)));
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
@@ -123,7 +133,12 @@ async fn handle_until_done(
 ) -> Option<()> {
     let mut backoff = Duration::from_millis(250);
     loop {
-        let span = tracing::info_span!("message", topic = message.topic(), partition = message.partition(), offset = message.offset());
+        let span = tracing::info_span!(
+            "message",
+            topic = message.topic(),
+            partition = message.partition(),
+            offset = message.offset()
+        );
         let _guard = span.enter();
         match handle(pool, consumer_name, message.payload().unwrap_or_default()).await {
             Ok(outcome) => {
@@ -164,11 +179,18 @@ fn commit(consumer: &StreamConsumer, done: &mut HashMap<(String, i32), i64>, mod
 }
 
 /// Applies one event: the dedup row and the tickets in one transaction.
-pub async fn handle(pool: &PgPool, consumer_name: &str, payload: &[u8]) -> Result<Outcome, HandleError> {
-    let envelope: CloudEvent<serde_json::Value> =
-        serde_json::from_slice(payload).map_err(|e| HandleError::Fatal(format!("not a CloudEvent: {e}")))?;
+pub async fn handle(
+    pool: &PgPool,
+    consumer_name: &str,
+    payload: &[u8],
+) -> Result<Outcome, HandleError> {
+    let envelope: CloudEvent<serde_json::Value> = serde_json::from_slice(payload)
+        .map_err(|e| HandleError::Fatal(format!("not a CloudEvent: {e}")))?;
     if envelope.kind != ORDER_CONFIRMED_V1 {
-        return Err(HandleError::Fatal(format!("unknown event type {}", envelope.kind)));
+        return Err(HandleError::Fatal(format!(
+            "unknown event type {}",
+            envelope.kind
+        )));
     }
     let data: OrderConfirmed = serde_json::from_value(envelope.data)
         .map_err(|e| HandleError::Fatal(format!("bad {ORDER_CONFIRMED_V1} data: {e}")))?;

@@ -50,7 +50,11 @@ async fn listener() -> (TcpListener, String) {
 impl Stack {
     pub async fn start(pool_options: PgPoolOptions, connect: PgConnectOptions) -> Self {
         boxoffice_contract::telemetry::init();
-        let pool = pool_options.max_connections(20).connect_with(connect).await.unwrap();
+        let pool = pool_options
+            .max_connections(20)
+            .connect_with(connect)
+            .await
+            .unwrap();
         let id = uuid::Uuid::new_v4().simple().to_string();
         let prefix = format!("t{id}");
         let topic = format!("order-events-{id}");
@@ -58,7 +62,9 @@ impl Stack {
         let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
             .await
             .unwrap();
-        order_service::kafka::ensure_topics(&brokers(), &[&topic], 2).await.unwrap();
+        order_service::kafka::ensure_topics(&brokers(), &[&topic], 2)
+            .await
+            .unwrap();
         let mut tasks = Vec::new();
 
         let (orders_listener, order_service) = listener().await;
@@ -85,7 +91,11 @@ impl Stack {
             saga_wakeup: Arc::default(),
         };
         let stop = cancel.clone();
-        tasks.push(tokio::spawn(order_service::serve(orders_listener, state, async move { stop.cancelled().await })));
+        tasks.push(tokio::spawn(order_service::serve(
+            orders_listener,
+            state,
+            async move { stop.cancelled().await },
+        )));
 
         let worker_config = order_service::WorkerConfig {
             listen: String::new(),
@@ -95,7 +105,11 @@ impl Stack {
             group: format!("ticket-issuer-{id}"),
             commit_interval_ms: 200,
         };
-        tasks.push(tokio::spawn(order_service::worker::run(worker_config, pool.clone(), cancel.clone())));
+        tasks.push(tokio::spawn(order_service::worker::run(
+            worker_config,
+            pool.clone(),
+            cancel.clone(),
+        )));
 
         let (admission_listener, admission) = listener().await;
         let admission_config = admission::Config {
@@ -110,9 +124,14 @@ impl Stack {
         };
         let state = admission::AppState::new(redis.clone(), admission_config).unwrap();
         let stop = cancel.clone();
-        tasks.push(tokio::spawn(admission::serve(admission_listener, state, async move { stop.cancelled().await })));
+        tasks.push(tokio::spawn(admission::serve(
+            admission_listener,
+            state,
+            async move { stop.cancelled().await },
+        )));
 
-        let keys = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], QUEUE_SECRET).unwrap();
+        let keys =
+            KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], QUEUE_SECRET).unwrap();
         let (gateway_listener, gateway) = listener().await;
         let gateway_config = gateway::Config {
             listen: String::new(),
@@ -141,7 +160,11 @@ impl Stack {
         };
         let state = gateway::AppState::new(redis, keys.clone(), gateway_config).unwrap();
         let stop = cancel.clone();
-        tasks.push(tokio::spawn(gateway::serve(gateway_listener, state, async move { stop.cancelled().await })));
+        tasks.push(tokio::spawn(gateway::serve(
+            gateway_listener,
+            state,
+            async move { stop.cancelled().await },
+        )));
 
         Self {
             gateway,
@@ -158,7 +181,13 @@ impl Stack {
     }
 
     /// Creates an event that is open now.
-    pub async fn create_event(&self, event_id: &str, capacity: i64, rate: f64, per_fan_limit: u32) -> Value {
+    pub async fn create_event(
+        &self,
+        event_id: &str,
+        capacity: i64,
+        rate: f64,
+        per_fan_limit: u32,
+    ) -> Value {
         let opens_at = chrono::Utc::now() - chrono::Duration::seconds(1);
         let body = json!({
             "name": format!("Test {event_id}"), "capacity": capacity, "opens_at": opens_at,
@@ -173,7 +202,12 @@ impl Stack {
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED, "{:?}", response.text().await);
+        assert_eq!(
+            response.status(),
+            StatusCode::CREATED,
+            "{:?}",
+            response.text().await
+        );
         response.json().await.unwrap()
     }
 
@@ -193,7 +227,10 @@ impl Stack {
         for _ in 0..300 {
             let response = self
                 .http
-                .get(format!("{}/v1/events/{event_id}/queue/status", self.gateway))
+                .get(format!(
+                    "{}/v1/events/{event_id}/queue/status",
+                    self.gateway
+                ))
                 .bearer_auth(ticket)
                 .send()
                 .await
@@ -208,7 +245,13 @@ impl Stack {
         panic!("not admitted within 30 s");
     }
 
-    pub async fn buy(&self, event_id: &str, access_token: &str, quantity: i64, key: Option<&str>) -> (StatusCode, Value) {
+    pub async fn buy(
+        &self,
+        event_id: &str,
+        access_token: &str,
+        quantity: i64,
+        key: Option<&str>,
+    ) -> (StatusCode, Value) {
         let mut request = self
             .http
             .post(format!("{}/v1/events/{event_id}/orders", self.gateway))
@@ -251,12 +294,21 @@ impl Stack {
         for task in self.tasks {
             task.await.unwrap().unwrap();
         }
-        let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
+        let mut redis =
+            redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
+                .await
+                .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.prefix))
+            .query_async(&mut redis)
             .await
             .unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}:*", self.prefix)).query_async(&mut redis).await.unwrap();
         if !keys.is_empty() {
-            let _: () = redis::cmd("DEL").arg(keys).query_async(&mut redis).await.unwrap();
+            let _: () = redis::cmd("DEL")
+                .arg(keys)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
         }
     }
 }
