@@ -142,17 +142,19 @@ fn check_adaptive(a: &Adaptive) -> Result<(), Problem> {
 }
 
 mod defaults {
+    use boxoffice_contract::event::defaults;
+
     pub fn max_active() -> u64 {
-        1_000
+        defaults::MAX_ACTIVE
     }
     pub fn access_ttl_s() -> u64 {
-        300
+        defaults::ACCESS_TTL_S
     }
     pub fn per_fan_limit() -> u32 {
-        4
+        defaults::PER_FAN_LIMIT
     }
     pub fn max_queue() -> u64 {
-        5_000_000
+        defaults::MAX_QUEUE
     }
 }
 

@@ -76,3 +76,16 @@ impl Config {
         })
     }
 }
+
+impl Config {
+    /// Every flag at its default (environment variables still apply), for
+    /// embedding the service as a library.
+    pub fn defaults(admin_token: &str) -> Self {
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            config: Config,
+        }
+        Only::parse_from(["admission", "--admin-token", admin_token]).config
+    }
+}

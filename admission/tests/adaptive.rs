@@ -50,27 +50,21 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
     }));
 
     let keys = EventKeys::new(&prefix, "ev");
-    let event = EventConfig {
-        name: "Adaptive".into(),
-        capacity: 100,
-        prequeue_at_ms: 0,
-        opens_at_ms: 0,
-        admission_rate_per_s: 40.0,
-        max_active: 100,
-        access_ttl_s: 60,
-        per_fan_limit: 2,
-        max_queue: 100,
-        price_cents: 0,
-        paused: false,
-        closed: false,
-        shuffle_seed: "seed".into(),
-        adaptive: Some(Adaptive {
+    let event = {
+        let mut c = EventConfig::open("Adaptive", 100, 40.0);
+        c.max_active = 100;
+        c.access_ttl_s = 60;
+        c.per_fan_limit = 2;
+        c.max_queue = 100;
+        c.shuffle_seed = "seed".into();
+        c.adaptive = Some(Adaptive {
             floor: 5.0,
             ceiling: 45.0,
             max_order_latency_ms: 60_000.0,
             max_outbox_backlog: 10,
             max_consumer_lag: 1_000_000,
-        }),
+        });
+        c
     };
     let _: () = redis
         .hset_multiple(keys.config(), &event.to_fields())

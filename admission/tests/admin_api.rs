@@ -17,15 +17,11 @@ async fn app() -> axum::Router {
 }
 
 async fn app_with_prefix(prefix: &str) -> axum::Router {
-    let config = admission::Config {
-        listen: String::new(),
-        redis_url: String::new(),
-        redis_prefix: prefix.to_owned(),
-        admin_token: "admin".into(),
-        order_service_url: "http://127.0.0.1:9".into(),
-        tick_ms: 100,
-        lease_ms: 1_000,
-        replica: None,
+    let config = {
+        let mut c = admission::Config::defaults("admin");
+        c.redis_prefix = prefix.to_owned();
+        c.order_service_url = "http://127.0.0.1:9".into();
+        c
     };
     admission::api::router(admission::AppState::new(redis().await, config).unwrap())
 }
@@ -65,21 +61,12 @@ async fn ops_see_live_stats_and_prometheus_metrics() {
     let keys = EventKeys::new(&prefix, &event);
     let mut redis = redis().await;
     let now = now_ms();
-    let config = EventConfig {
-        name: "Stats".into(),
-        capacity: 1_000,
-        prequeue_at_ms: 0,
-        opens_at_ms: 0,
-        admission_rate_per_s: 10.0,
-        max_active: 1_000,
-        access_ttl_s: 600,
-        per_fan_limit: 4,
-        max_queue: 1_000,
-        price_cents: 0,
-        paused: false,
-        closed: false,
-        shuffle_seed: "seed".into(),
-        adaptive: None,
+    let config = {
+        let mut c = EventConfig::open("Stats", 1_000, 10.0);
+        c.access_ttl_s = 600;
+        c.max_queue = 1_000;
+        c.shuffle_seed = "seed".into();
+        c
     };
     let _: () = redis
         .hset_multiple(keys.config(), &config.to_fields())

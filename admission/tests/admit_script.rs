@@ -31,21 +31,16 @@ impl Room {
         let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
         let keys = EventKeys::new(&prefix, "ev");
         let mut redis = redis().await;
-        let config = EventConfig {
-            name: "Test".into(),
-            capacity: 1000,
-            prequeue_at_ms: T0 - 10_000,
-            opens_at_ms: T0 - 10_000,
-            admission_rate_per_s: rate,
-            max_active,
-            access_ttl_s: 60,
-            per_fan_limit: 4,
-            max_queue: 1_000_000,
-            price_cents: 100,
-            paused: false,
-            closed: false,
-            shuffle_seed: "seed".into(),
-            adaptive: None,
+        let config = {
+            let mut c = EventConfig::open("Test", 1000, rate);
+            c.prequeue_at_ms = T0 - 10_000;
+            c.opens_at_ms = T0 - 10_000;
+            c.max_active = max_active;
+            c.access_ttl_s = 60;
+            c.max_queue = 1_000_000;
+            c.price_cents = 100;
+            c.shuffle_seed = "seed".into();
+            c
         };
         let _: () = redis
             .hset_multiple(keys.config(), &config.to_fields())

@@ -36,21 +36,14 @@ async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
         .unwrap();
     let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "ev");
-    let config = EventConfig {
-        name: "Cli".into(),
-        capacity: 10,
-        prequeue_at_ms: 0,
-        opens_at_ms: 0,
-        admission_rate_per_s: 5.0,
-        max_active: 10,
-        access_ttl_s: 60,
-        per_fan_limit: 2,
-        max_queue: 10,
-        price_cents: 0,
-        paused: false,
-        closed: false,
-        shuffle_seed: "seed".into(),
-        adaptive: None,
+    let config = {
+        let mut c = EventConfig::open("Cli", 10, 5.0);
+        c.max_active = 10;
+        c.access_ttl_s = 60;
+        c.per_fan_limit = 2;
+        c.max_queue = 10;
+        c.shuffle_seed = "seed".into();
+        c
     };
     let _: () = redis
         .hset_multiple(keys.config(), &config.to_fields())
@@ -59,15 +52,11 @@ async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let admin = admission::Config {
-        listen: String::new(),
-        redis_url: String::new(),
-        redis_prefix: prefix.clone(),
-        admin_token: "admin".into(),
-        order_service_url: "http://127.0.0.1:9".into(),
-        tick_ms: 100,
-        lease_ms: 1_000,
-        replica: None,
+    let admin = {
+        let mut c = admission::Config::defaults("admin");
+        c.redis_prefix = prefix.clone();
+        c.order_service_url = "http://127.0.0.1:9".into();
+        c
     };
     let cancel = CancellationToken::new();
     let stop = cancel.clone();

@@ -25,21 +25,13 @@ async fn setup(rate: f64, fans: usize) -> (ConnectionManager, String, EventKeys)
         .unwrap();
     let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "ev");
-    let config = EventConfig {
-        name: "Lead".into(),
-        capacity: 100_000,
-        prequeue_at_ms: 0,
-        opens_at_ms: 0,
-        admission_rate_per_s: rate,
-        max_active: 100_000,
-        access_ttl_s: 600,
-        per_fan_limit: 4,
-        max_queue: 1_000_000,
-        price_cents: 0,
-        paused: false,
-        closed: false,
-        shuffle_seed: "seed".into(),
-        adaptive: None,
+    let config = {
+        let mut c = EventConfig::open("Lead", 100_000, rate);
+        c.max_active = 100_000;
+        c.access_ttl_s = 600;
+        c.max_queue = 1_000_000;
+        c.shuffle_seed = "seed".into();
+        c
     };
     let _: () = redis
         .hset_multiple(keys.config(), &config.to_fields())
@@ -106,15 +98,11 @@ async fn two_replicas_admit_at_one_rate_and_the_standby_takes_over() {
 #[tokio::test]
 async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission() {
     let (mut redis, prefix, keys) = setup(10.0, 10_000).await;
-    let config = admission::Config {
-        listen: String::new(),
-        redis_url: String::new(),
-        redis_prefix: prefix.clone(),
-        admin_token: "admin".into(),
-        order_service_url: "http://127.0.0.1:9".into(),
-        tick_ms: 100,
-        lease_ms: 1_000,
-        replica: None,
+    let config = {
+        let mut c = admission::Config::defaults("admin");
+        c.redis_prefix = prefix.clone();
+        c.order_service_url = "http://127.0.0.1:9".into();
+        c
     };
     let app = admission::api::router(admission::AppState::new(redis.clone(), config).unwrap());
     let patch = |body: &'static str| {

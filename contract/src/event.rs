@@ -94,7 +94,35 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Defaults of the admin API for the settings a PUT may leave out.
+pub mod defaults {
+    pub const MAX_ACTIVE: u64 = 1_000;
+    pub const ACCESS_TTL_S: u64 = 300;
+    pub const PER_FAN_LIMIT: u32 = 4;
+    pub const MAX_QUEUE: u64 = 5_000_000;
+}
+
 impl EventConfig {
+    /// An event open since the epoch, with the admin API's defaults and a fresh seed.
+    pub fn open(name: &str, capacity: i64, admission_rate_per_s: f64) -> Self {
+        Self {
+            name: name.to_owned(),
+            capacity,
+            prequeue_at_ms: 0,
+            opens_at_ms: 0,
+            admission_rate_per_s,
+            max_active: defaults::MAX_ACTIVE,
+            access_ttl_s: defaults::ACCESS_TTL_S,
+            per_fan_limit: defaults::PER_FAN_LIMIT,
+            max_queue: defaults::MAX_QUEUE,
+            price_cents: 0,
+            paused: false,
+            closed: false,
+            shuffle_seed: new_seed(),
+            adaptive: None,
+        }
+    }
+
     /// Field/value pairs for `HSET`; names match what the Lua scripts read.
     pub fn to_fields(&self) -> Vec<(&'static str, String)> {
         vec![

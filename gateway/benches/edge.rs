@@ -90,21 +90,12 @@ async fn serve(app: Router) -> String {
 }
 
 fn config(max_queue: u64) -> EventConfig {
-    EventConfig {
-        name: "Bench".into(),
-        capacity: 60_000,
-        prequeue_at_ms: 0,
-        opens_at_ms: now_ms() - 1_000,
-        admission_rate_per_s: 500.0,
-        max_active: 1_000,
-        access_ttl_s: 300,
-        per_fan_limit: 4,
-        max_queue,
-        price_cents: 0,
-        paused: false,
-        closed: false,
-        shuffle_seed: "bench".into(),
-        adaptive: None,
+    {
+        let mut c = EventConfig::open("Bench", 60_000, 500.0);
+        c.opens_at_ms = now_ms() - 1_000;
+        c.max_queue = max_queue;
+        c.shuffle_seed = "bench".into();
+        c
     }
 }
 
@@ -149,30 +140,19 @@ async fn main() {
         .with_state((redis.clone(), baseline_key));
     let baseline_url = serve(baseline).await;
 
-    let gateway_config = gateway::Config {
-        listen: String::new(),
-        redis_url: url,
-        redis_prefix: prefix.clone(),
-        order_service_url: "http://127.0.0.1:9".into(),
-        signing_key: String::new(),
-        verify_keys: Vec::new(),
-        queue_secret: String::new(),
-        issuer: "boxoffice".into(),
-        queue_ticket_ttl_s: 3600,
-        order_token_ttl_s: 3600,
-        upstream_timeout_ms: 1000,
-        event_cache_ms: 100,
-        per_ip_rate: 1_000_000,
-        per_ip_burst: 1_000_000,
-        per_fan_rate: 1_000_000,
-        per_fan_burst: 1_000_000,
-        max_in_flight: 4096,
-        request_timeout_ms: 10_000,
-        body_limit_bytes: 8192,
-        upstream_max_in_flight: 256,
-        breaker_window_s: 10,
-        breaker_min_requests: 10,
-        breaker_open_ms: 2_000,
+    let gateway_config = {
+        let mut c = gateway::Config::defaults();
+        c.redis_url = url;
+        c.redis_prefix = prefix.clone();
+        c.order_service_url = "http://127.0.0.1:9".into();
+        c.queue_ticket_ttl_s = 3600;
+        c.order_token_ttl_s = 3600;
+        c.upstream_timeout_ms = 1000;
+        c.per_ip_rate = 1_000_000;
+        c.per_ip_burst = 1_000_000;
+        c.per_fan_rate = 1_000_000;
+        c.per_fan_burst = 1_000_000;
+        c
     };
     let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
     // The production stack, protective layers included.

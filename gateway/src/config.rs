@@ -81,3 +81,11 @@ pub struct Config {
     #[arg(long, env = "BOXOFFICE_UPSTREAM_TIMEOUT_MS", default_value_t = 3_000)]
     pub upstream_timeout_ms: u64,
 }
+
+impl Config {
+    /// Every flag at its default (environment variables still apply), for
+    /// embedding the gateway as a library; keys are passed to `AppState` directly.
+    pub fn defaults() -> Self {
+        Self::parse_from(["gateway", "--signing-key=", "--queue-secret="])
+    }
+}

@@ -29,30 +29,19 @@ async fn edge(tune: impl FnOnce(&mut gateway::Config)) -> Edge {
     let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url.clone()).unwrap())
         .await
         .unwrap();
-    let mut config = gateway::Config {
-        listen: String::new(),
-        redis_url,
-        redis_prefix: format!("t{}", uuid::Uuid::new_v4().simple()),
-        order_service_url: upstream,
-        signing_key: String::new(),
-        verify_keys: Vec::new(),
-        queue_secret: String::new(),
-        issuer: "boxoffice".into(),
-        queue_ticket_ttl_s: 3600,
-        order_token_ttl_s: 3600,
-        event_cache_ms: 100,
-        per_ip_rate: 1_000,
-        per_ip_burst: 1_000,
-        per_fan_rate: 1_000_000,
-        per_fan_burst: 1_000_000,
-        max_in_flight: 64,
-        request_timeout_ms: 10_000,
-        body_limit_bytes: 8192,
-        upstream_max_in_flight: 256,
-        breaker_window_s: 10,
-        breaker_min_requests: 10,
-        breaker_open_ms: 2_000,
-        upstream_timeout_ms: 30_000,
+    let mut config = {
+        let mut c = gateway::Config::defaults();
+        c.redis_prefix = format!("t{}", uuid::Uuid::new_v4().simple());
+        c.order_service_url = upstream;
+        c.queue_ticket_ttl_s = 3600;
+        c.order_token_ttl_s = 3600;
+        c.per_ip_rate = 1_000;
+        c.per_ip_burst = 1_000;
+        c.per_fan_rate = 1_000_000;
+        c.per_fan_burst = 1_000_000;
+        c.max_in_flight = 64;
+        c.upstream_timeout_ms = 30_000;
+        c
     };
     tune(&mut config);
     let keys = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();

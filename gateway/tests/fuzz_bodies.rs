@@ -30,50 +30,36 @@ fn harness() -> Harness {
                 .await
                 .unwrap();
         let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
-        let config = EventConfig {
-            name: "Fuzz".into(),
-            capacity: 10,
-            prequeue_at_ms: 0,
-            opens_at_ms: now_ms() - 1_000,
-            admission_rate_per_s: 1.0,
-            max_active: 10,
-            access_ttl_s: 60,
-            per_fan_limit: 2,
-            max_queue: 1_000_000,
-            price_cents: 0,
-            paused: false,
-            closed: false,
-            shuffle_seed: "seed".into(),
-            adaptive: None,
+        let config = {
+            let mut c = EventConfig::open("Fuzz", 10, 1.0);
+            c.opens_at_ms = now_ms() - 1_000;
+            c.max_active = 10;
+            c.access_ttl_s = 60;
+            c.per_fan_limit = 2;
+            c.max_queue = 1_000_000;
+            c.shuffle_seed = "seed".into();
+            c
         };
         let _: () = redis
             .hset_multiple(EventKeys::new(&prefix, "ev").config(), &config.to_fields())
             .await
             .unwrap();
-        let gateway_config = gateway::Config {
-            listen: String::new(),
-            redis_url: url,
-            redis_prefix: prefix.clone(),
-            order_service_url: "http://127.0.0.1:9".into(),
-            signing_key: String::new(),
-            verify_keys: Vec::new(),
-            queue_secret: String::new(),
-            issuer: "boxoffice".into(),
-            queue_ticket_ttl_s: 60,
-            order_token_ttl_s: 60,
-            event_cache_ms: 100,
-            per_ip_rate: 1_000_000,
-            per_ip_burst: 1_000_000,
-            per_fan_rate: 1_000_000,
-            per_fan_burst: 1_000_000,
-            max_in_flight: 64,
-            request_timeout_ms: 5_000,
-            body_limit_bytes: 8192,
-            upstream_max_in_flight: 16,
-            breaker_window_s: 10,
-            breaker_min_requests: 10,
-            breaker_open_ms: 2_000,
-            upstream_timeout_ms: 1_000,
+        let gateway_config = {
+            let mut c = gateway::Config::defaults();
+            c.redis_url = url;
+            c.redis_prefix = prefix.clone();
+            c.order_service_url = "http://127.0.0.1:9".into();
+            c.queue_ticket_ttl_s = 60;
+            c.order_token_ttl_s = 60;
+            c.per_ip_rate = 1_000_000;
+            c.per_ip_burst = 1_000_000;
+            c.per_fan_rate = 1_000_000;
+            c.per_fan_burst = 1_000_000;
+            c.max_in_flight = 64;
+            c.request_timeout_ms = 5_000;
+            c.upstream_max_in_flight = 16;
+            c.upstream_timeout_ms = 1_000;
+            c
         };
         let keys = KeySet::from_pems(
             "boxoffice",

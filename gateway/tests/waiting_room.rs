@@ -26,21 +26,13 @@ struct Room {
 
 fn config(rate: f64) -> EventConfig {
     let now = now_ms();
-    EventConfig {
-        name: "Room".into(),
-        capacity: 1000,
-        prequeue_at_ms: now - 60_000,
-        opens_at_ms: now - 1_000,
-        admission_rate_per_s: rate,
-        max_active: 1000,
-        access_ttl_s: 600,
-        per_fan_limit: 4,
-        max_queue: 100_000,
-        price_cents: 0,
-        paused: false,
-        closed: false,
-        shuffle_seed: boxoffice_contract::event::new_seed(),
-        adaptive: None,
+    {
+        let mut c = EventConfig::open("Room", 1000, rate);
+        c.prequeue_at_ms = now - 60_000;
+        c.opens_at_ms = now - 1_000;
+        c.access_ttl_s = 600;
+        c.max_queue = 100_000;
+        c
     }
 }
 
@@ -61,31 +53,20 @@ impl Room {
             .await
             .unwrap();
         let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
-        let gateway_config = gateway::Config {
-            listen: String::new(),
-            redis_url: url,
-            redis_prefix: prefix.clone(),
-            // Nothing listens there: these tests must not need the order service.
-            order_service_url: "http://127.0.0.1:9".into(),
-            signing_key: String::new(),
-            verify_keys: Vec::new(),
-            queue_secret: String::new(),
-            issuer: "boxoffice".into(),
-            queue_ticket_ttl_s: 3600,
-            order_token_ttl_s: 3600,
-            upstream_timeout_ms: 1000,
-            event_cache_ms: 0,
-            per_ip_rate: 1_000_000,
-            per_ip_burst: 1_000_000,
-            per_fan_rate: 1_000_000,
-            per_fan_burst: 1_000_000,
-            max_in_flight: 4096,
-            request_timeout_ms: 10_000,
-            body_limit_bytes: 8192,
-            upstream_max_in_flight: 256,
-            breaker_window_s: 10,
-            breaker_min_requests: 10,
-            breaker_open_ms: 2_000,
+        let gateway_config = {
+            let mut c = gateway::Config::defaults();
+            c.redis_url = url;
+            c.redis_prefix = prefix.clone();
+            c.order_service_url = "http://127.0.0.1:9".into();
+            c.queue_ticket_ttl_s = 3600;
+            c.order_token_ttl_s = 3600;
+            c.upstream_timeout_ms = 1000;
+            c.event_cache_ms = 0;
+            c.per_ip_rate = 1_000_000;
+            c.per_ip_burst = 1_000_000;
+            c.per_fan_rate = 1_000_000;
+            c.per_fan_burst = 1_000_000;
+            c
         };
         let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
         let app =

@@ -112,15 +112,13 @@ impl Stack {
         )));
 
         let (admission_listener, admission) = listener().await;
-        let admission_config = admission::Config {
-            listen: String::new(),
-            redis_url: redis_url(),
-            redis_prefix: prefix.clone(),
-            admin_token: ADMIN_TOKEN.into(),
-            order_service_url: order_service.clone(),
-            tick_ms: 50,
-            lease_ms: 1_000,
-            replica: None,
+        let admission_config = {
+            let mut c = admission::Config::defaults(ADMIN_TOKEN);
+            c.redis_url = redis_url();
+            c.redis_prefix = prefix.clone();
+            c.order_service_url = order_service.clone();
+            c.tick_ms = 50;
+            c
         };
         let state = admission::AppState::new(redis.clone(), admission_config).unwrap();
         let stop = cancel.clone();
@@ -133,30 +131,20 @@ impl Stack {
         let keys =
             KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], QUEUE_SECRET).unwrap();
         let (gateway_listener, gateway) = listener().await;
-        let gateway_config = gateway::Config {
-            listen: String::new(),
-            redis_url: redis_url(),
-            redis_prefix: prefix.clone(),
-            order_service_url: order_service.clone(),
-            signing_key: String::new(),
-            verify_keys: Vec::new(),
-            queue_secret: String::new(),
-            issuer: "boxoffice".into(),
-            queue_ticket_ttl_s: 3_600,
-            order_token_ttl_s: 86_400,
-            upstream_timeout_ms: 5_000,
-            event_cache_ms: 0,
-            per_ip_rate: 1_000_000,
-            per_ip_burst: 1_000_000,
-            per_fan_rate: 1_000_000,
-            per_fan_burst: 1_000_000,
-            max_in_flight: 4096,
-            request_timeout_ms: 10_000,
-            body_limit_bytes: 8192,
-            upstream_max_in_flight: 256,
-            breaker_window_s: 10,
-            breaker_min_requests: 10,
-            breaker_open_ms: 2_000,
+        let gateway_config = {
+            let mut c = gateway::Config::defaults();
+            c.redis_url = redis_url();
+            c.redis_prefix = prefix.clone();
+            c.order_service_url = order_service.clone();
+            c.queue_ticket_ttl_s = 3_600;
+            c.order_token_ttl_s = 86_400;
+            c.upstream_timeout_ms = 5_000;
+            c.event_cache_ms = 0;
+            c.per_ip_rate = 1_000_000;
+            c.per_ip_burst = 1_000_000;
+            c.per_fan_rate = 1_000_000;
+            c.per_fan_burst = 1_000_000;
+            c
         };
         let state = gateway::AppState::new(redis, keys.clone(), gateway_config).unwrap();
         let stop = cancel.clone();
