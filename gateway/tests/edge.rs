@@ -276,7 +276,7 @@ async fn the_breaker_opens_on_an_outage_answers_fast_then_closes_after_recovery(
         );
         assert!(retry.is_some());
         assert!(
-            started.elapsed() < Duration::from_millis(100),
+            started.elapsed() < Duration::from_millis(500),
             "rejected fast: {:?}",
             started.elapsed()
         );

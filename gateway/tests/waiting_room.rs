@@ -412,7 +412,7 @@ async fn each_event_admits_at_its_own_rate() {
 #[tokio::test]
 async fn the_edge_sees_a_settings_change_within_its_cache_ttl() {
     let room = Room::new(config(10.0)).await;
-    let cache = gateway::cache::EventCache::new(Duration::from_millis(150));
+    let cache = gateway::cache::EventCache::new(Duration::from_millis(1_000));
     let first = cache
         .get(&room.redis, &room.keys, "ev")
         .await
@@ -426,7 +426,7 @@ async fn the_edge_sees_a_settings_change_within_its_cache_ttl() {
         .unwrap()
         .unwrap();
     assert_eq!(cached.rate(), 10.0, "within the ttl the copy is served");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let fresh = cache
         .get(&room.redis, &room.keys, "ev")
         .await
@@ -434,7 +434,7 @@ async fn the_edge_sees_a_settings_change_within_its_cache_ttl() {
         .unwrap();
     assert_eq!(fresh.rate(), 99.0, "after the ttl the change is seen");
     room.set("paused", 1).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(
         cache
             .get(&room.redis, &room.keys, "ev")
