@@ -121,6 +121,20 @@ pub struct EventSpec {
     /// Optional: let the leader tune the rate within `[floor, ceiling]` from the pipeline's health.
     #[serde(default)]
     pub adaptive: Option<Adaptive>,
+    /// Optional: proof of work asked of each join, in leading zero bits (0-24).
+    #[serde(default)]
+    pub pow_bits: u8,
+}
+
+/// Highest proof-of-work difficulty: about 16 million hashes on average.
+pub const MAX_POW_BITS: u8 = 24;
+
+fn check_pow(bits: u8) -> Result<(), Problem> {
+    if bits <= MAX_POW_BITS {
+        Ok(())
+    } else {
+        Err(invalid("pow_bits", "0 to 24"))
+    }
 }
 
 fn check_adaptive(a: &Adaptive) -> Result<(), Problem> {
@@ -212,6 +226,7 @@ impl EventSpec {
                 .adaptive
                 .map(|a| check_adaptive(&a).map(|()| a))
                 .transpose()?,
+            pow_bits: check_pow(self.pow_bits).map(|()| self.pow_bits)?,
         })
     }
 }
@@ -253,6 +268,7 @@ pub struct EventView {
     pub price_cents: i64,
     pub paused: bool,
     pub adaptive: Option<Adaptive>,
+    pub pow_bits: u8,
     pub queue_length: u64,
     pub active: u64,
     pub admitted_total: u64,
@@ -341,6 +357,7 @@ pub struct EventPatch {
     /// An adaptive policy to switch it on, `null` to switch it off.
     #[serde(default, deserialize_with = "present")]
     pub adaptive: Option<Option<Adaptive>>,
+    pub pow_bits: Option<u8>,
 }
 
 /// Tells a field sent as `null` (Some(None)) from one left out (None).
@@ -384,6 +401,10 @@ async fn patch_event(
         Some("closed") => fields.push(("state", "closed".to_owned())),
         Some(_) => return Err(invalid("state", "one of open, paused, closed")),
     }
+    if let Some(bits) = patch.pow_bits {
+        check_pow(bits)?;
+        fields.push(("pow_bits", bits.to_string()));
+    }
     match patch.adaptive {
         None => {}
         Some(None) => fields.push(("adaptive", String::new())),
@@ -398,7 +419,7 @@ async fn patch_event(
     if fields.is_empty() {
         return Err(invalid(
             "body",
-            "name at least one of admission_rate_per_s, max_active, paused, state, adaptive",
+            "name at least one of admission_rate_per_s, max_active, paused, state, adaptive, pow_bits",
         ));
     }
     redis
@@ -479,6 +500,7 @@ async fn view(state: &AppState, event_id: &str) -> Result<EventView, Problem> {
         price_cents: config.price_cents,
         paused: config.paused,
         adaptive: config.adaptive,
+        pow_bits: config.pow_bits,
         queue_length,
         active,
         admitted_total: admitted_total.unwrap_or(0),

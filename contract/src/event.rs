@@ -35,6 +35,8 @@ pub struct EventConfig {
     pub shuffle_seed: String,
     /// When set, the admission leader moves the rate within these bounds from the pipeline's health.
     pub adaptive: Option<Adaptive>,
+    /// Proof of work asked of each join: leading zero bits, 0 for none.
+    pub pow_bits: u8,
 }
 
 /// Adaptive admission: additive increase while the purchase pipeline is
@@ -120,6 +122,7 @@ impl EventConfig {
             closed: false,
             shuffle_seed: new_seed(),
             adaptive: None,
+            pow_bits: 0,
         }
     }
 
@@ -145,6 +148,7 @@ impl EventConfig {
                     .map(|a| serde_json::to_string(&a).expect("plain struct"))
                     .unwrap_or_default(),
             ),
+            ("pow_bits", self.pow_bits.to_string()),
         ]
     }
 
@@ -168,6 +172,7 @@ impl EventConfig {
             adaptive: fields
                 .get("adaptive")
                 .and_then(|v| serde_json::from_str(v).ok()),
+            pow_bits: num("pow_bits").unwrap_or(0.0) as u8,
         })
     }
 
@@ -220,6 +225,7 @@ mod tests {
                 max_outbox_backlog: 5,
                 max_consumer_lag: 7,
             }),
+            pow_bits: 12,
         }
     }
 

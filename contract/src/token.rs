@@ -359,6 +359,24 @@ impl KeySet {
         Ok(data.claims)
     }
 
+    /// HMAC-SHA256 under the gateway fleet's secret of `pow|data`, for
+    /// stateless proof-of-work challenges (the prefix keeps these tags apart
+    /// from queue-ticket signatures).
+    pub fn challenge_tag(&self, data: &str) -> [u8; 32] {
+        let mut mac = self.inner.queue_mac.clone();
+        mac.update(b"pow|");
+        mac.update(data.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is the first bytes of [`Self::challenge_tag`] of `data` (constant time).
+    pub fn check_challenge_tag(&self, data: &str, tag: &[u8]) -> bool {
+        let mut mac = self.inner.queue_mac.clone();
+        mac.update(b"pow|");
+        mac.update(data.as_bytes());
+        tag.len() >= 16 && mac.verify_truncated_left(tag).is_ok()
+    }
+
     /// The public half of the verify set as a JWK Set document.
     pub fn jwks(&self) -> serde_json::Value {
         let mut keys: Vec<_> = self

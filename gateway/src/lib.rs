@@ -6,6 +6,7 @@
 //! - [`events`]: public event info and the JWKS.
 //! - [`cache`]: each event's settings, kept in memory for one admission tick.
 //! - [`edge`]: the protective layers: request id, per-IP rate limit, load shedding, deadline, body limit.
+//! - [`pow`]: the optional proof of work on join.
 //! - [`per_fan`]: the per-fan rate limit of join, status and purchase.
 //! - [`upstream`]: calls to the order service behind a bulkhead and a circuit breaker.
 //! - [`config`]: the command line.
@@ -18,6 +19,7 @@ pub mod edge;
 pub mod events;
 pub mod orders;
 pub mod per_fan;
+pub mod pow;
 pub mod queue;
 pub mod upstream;
 

@@ -19,12 +19,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::events::unknown_event;
-use crate::{bearer, redis_down, AppState};
+use crate::{bearer, pow, redis_down, AppState};
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/events/{event_id}/queue", post(join))
         .route("/v1/events/{event_id}/queue/status", get(status))
+        .route("/v1/events/{event_id}/challenge", get(challenge))
 }
 
 /// Whether a fan id is acceptable: 1-64 of `[A-Za-z0-9._@+-]`.
@@ -51,6 +52,39 @@ fn eta_seconds(position: i64, rate: f64) -> Option<u64> {
 #[derive(Debug, Deserialize)]
 pub struct JoinRequest {
     pub fan_id: String,
+    /// Required when the event asks for proof of work.
+    #[serde(default)]
+    pub pow: Option<pow::Solution>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Challenge {
+    pub challenge: String,
+    /// 0 when the event asks no proof of work.
+    pub difficulty_bits: u8,
+    pub expires_at: DateTime<Utc>,
+    pub algorithm: String,
+}
+
+/// `GET /v1/events/{id}/challenge`: a proof-of-work challenge for joining.
+async fn challenge(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+) -> Result<axum::Json<Challenge>, Problem> {
+    let keys = event_keys(&state, &event_id)?;
+    let event = state
+        .events
+        .get(&state.redis, &keys, &event_id)
+        .await
+        .map_err(redis_down)?
+        .ok_or_else(unknown_event)?;
+    let now = now_s();
+    Ok(axum::Json(Challenge {
+        challenge: pow::challenge(&state.keys, &event_id, now),
+        difficulty_bits: event.config.pow_bits,
+        expires_at: DateTime::<Utc>::from_timestamp((now + pow::CHALLENGE_TTL_S) as i64, 0).unwrap_or_default(),
+        algorithm: "find nonce: SHA-256(challenge + \":\" + fan_id + \":\" + nonce) starts with difficulty_bits zero bits".into(),
+    }))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -105,6 +139,30 @@ async fn join(
     }
     if event.sold_out() {
         return Err(sold_out());
+    }
+    if config.pow_bits > 0 {
+        let Some(solution) = &request.pow else {
+            return Err(Problem::new(
+                StatusCode::PRECONDITION_REQUIRED,
+                "proof-of-work-required",
+                "this event asks for proof of work: GET /v1/events/{id}/challenge, solve it, send it as \"pow\"",
+            ));
+        };
+        pow::check(
+            &state.keys,
+            &event_id,
+            &request.fan_id,
+            solution,
+            config.pow_bits,
+            now_s(),
+        )
+        .map_err(|e| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-proof-of-work",
+                e.to_string(),
+            )
+        })?;
     }
     if now < config.prequeue_at_ms {
         let wait_s = ((config.prequeue_at_ms - now) as u64).div_ceil(1000);

@@ -452,3 +452,53 @@ async fn the_edge_sees_a_settings_change_within_its_cache_ttl() {
         .is_none());
     room.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_proof_of_work_event_admits_only_solved_joins() {
+    let mut config = config(10.0);
+    config.pow_bits = 12;
+    let room = Room::new(config).await;
+    let (status, _, body) = room.join("lazy-bot").await;
+    assert_eq!(
+        (status, slug(&body)),
+        (StatusCode::PRECONDITION_REQUIRED, "proof-of-work-required")
+    );
+
+    let (status, _, issued) = room
+        .call(
+            Request::get("/v1/events/ev/challenge")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(
+        (status, issued["difficulty_bits"].as_u64()),
+        (StatusCode::OK, Some(12))
+    );
+    let challenge = issued["challenge"].as_str().unwrap().to_owned();
+    let nonce = gateway::pow::solve(&challenge, "fan-1", 12);
+    let join = |fan: &'static str, challenge: String, nonce: String| {
+        room.call(
+            Request::post("/v1/events/ev/queue")
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    json!({ "fan_id": fan, "pow": { "challenge": challenge, "nonce": nonce } })
+                        .to_string(),
+                ))
+                .unwrap(),
+        )
+    };
+    let (status, _, _) = join("fan-1", challenge.clone(), nonce.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "a solved challenge joins");
+    let (status, _, body) = join("fan-2", challenge.clone(), "0".into()).await;
+    assert_eq!(
+        (status, slug(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid-proof-of-work")
+    );
+    let (status, _, body) = join("fan-3", "ev.9999999999.x.forged".into(), nonce).await;
+    assert_eq!(
+        (status, slug(&body)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid-proof-of-work")
+    );
+    room.cleanup().await;
+}
