@@ -22,7 +22,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey};
 use hmac::{Hmac, Mac};
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, DecodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -127,7 +127,12 @@ pub struct KeySet {
 struct Inner {
     issuer: String,
     signing_kid: String,
-    signing: EncodingKey,
+    /// Parsed once: jsonwebtoken's signer re-derives the key on every call
+    /// (half the cost of a signature), so access and order tokens are
+    /// assembled here and signed with this key; they stay standard JWTs.
+    signing: ed25519_dalek::SigningKey,
+    /// base64url of `{"typ":"JWT","alg":"EdDSA","kid":…}`, made once.
+    signing_header: String,
     verify: HashMap<String, VerifyKey>,
     /// Keyed once; cloned per ticket (cheaper than keying per ticket).
     queue_mac: Hmac<Sha256>,
@@ -159,10 +164,10 @@ impl KeySet {
             .map_err(|_| KeyError::NotEd25519("signing key".into()))?;
         let public = signing_key.verifying_key().to_bytes();
         let signing_kid = kid_of(&public);
-        let der = signing_key
-            .to_pkcs8_der()
-            .map_err(|_| KeyError::NotEd25519("signing key".into()))?;
-        let signing = EncodingKey::from_ed_der(der.as_bytes());
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(signing_kid.clone());
+        let signing_header =
+            URL_SAFE_NO_PAD.encode(serde_json::to_vec(&header).expect("plain header"));
 
         let mut verify = HashMap::new();
         let mut add = |public: [u8; 32]| -> Result<(), KeyError> {
@@ -187,7 +192,8 @@ impl KeySet {
             inner: Arc::new(Inner {
                 issuer: issuer.to_owned(),
                 signing_kid,
-                signing,
+                signing: signing_key,
+                signing_header,
                 verify,
                 queue_mac: Hmac::new_from_slice(queue_secret).map_err(|_| KeyError::WeakSecret)?,
             }),
@@ -228,11 +234,18 @@ impl KeySet {
         match claims.token_use {
             TokenUse::Queue => self.sign_queue(claims),
             TokenUse::Access | TokenUse::Order => {
-                let mut header = Header::new(Algorithm::EdDSA);
-                header.kid = Some(self.inner.signing_kid.clone());
-                // Encoding our own serde struct with a key we parsed cannot fail.
-                jsonwebtoken::encode(&header, claims, &self.inner.signing)
-                    .expect("signing a token with a loaded key")
+                use ed25519_dalek::Signer;
+                let payload = serde_json::to_vec(claims).expect("serializing claims");
+                let mut token = String::with_capacity(
+                    self.inner.signing_header.len() + payload.len() * 4 / 3 + 90,
+                );
+                token.push_str(&self.inner.signing_header);
+                token.push('.');
+                URL_SAFE_NO_PAD.encode_string(&payload, &mut token);
+                let signature = self.inner.signing.sign(token.as_bytes());
+                token.push('.');
+                URL_SAFE_NO_PAD.encode_string(signature.to_bytes(), &mut token);
+                token
             }
         }
     }
@@ -423,6 +436,7 @@ pub fn now_s() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jsonwebtoken::EncodingKey;
 
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
@@ -613,6 +627,36 @@ mod tests {
         assert!(keys
             .verify(&keys.sign(&foreign), TokenUse::Queue, Some("ev1"))
             .is_err());
+    }
+
+    #[test]
+    fn access_tokens_are_standard_eddsa_jwts() {
+        let pem = generate_ed25519_pem();
+        let keys = KeySet::from_pems("boxoffice", &pem, &[], SECRET).unwrap();
+        let claims = Claims::new("boxoffice", "ev1", "f", TokenUse::Access, now_s(), 60);
+        let token = keys.sign(&claims);
+        // Readable by any JWT library holding the public key...
+        let x = keys.jwks()["keys"][0]["x"].as_str().unwrap().to_owned();
+        let mut validation = Validation::new(Algorithm::EdDSA);
+        validation.set_audience(&["ev1"]);
+        let decoded = jsonwebtoken::decode::<Claims>(
+            &token,
+            &DecodingKey::from_ed_components(&x).unwrap(),
+            &validation,
+        )
+        .unwrap();
+        assert_eq!(decoded.claims, claims);
+        assert_eq!(decoded.header.kid.as_deref(), Some(keys.signing_kid()));
+        // ...and one such a library signs passes here.
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(keys.signing_kid().to_owned());
+        let made = jsonwebtoken::encode(
+            &header,
+            &claims,
+            &EncodingKey::from_ed_pem(pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(made, token, "Ed25519 is deterministic: the same bytes");
     }
 
     #[test]
