@@ -1,4 +1,4 @@
-//! `GET /v1/events/{id}`, `GET /.well-known/jwks.json`, health.
+//! `GET /v1/events/{id}`, `GET /.well-known/jwks.json`, the fan page at `/`, health.
 
 use std::collections::HashMap;
 
@@ -19,6 +19,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/events/{event_id}", get(get_event))
         .route("/.well-known/jwks.json", get(jwks))
+        .route("/", get(fan_page))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
 }
@@ -72,6 +73,19 @@ async fn get_event(
         remaining_hint: remaining,
         queue_length,
     }))
+}
+
+/// The waiting-room page: join, live place, buy, follow the order. One
+/// static file shipped in the binary; it only uses the public API.
+async fn fan_page() -> Response {
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (axum::http::header::CACHE_CONTROL, "public, max-age=60"),
+        ],
+        include_str!("../assets/index.html"),
+    )
+        .into_response()
 }
 
 async fn jwks(State(state): State<AppState>) -> Response {
