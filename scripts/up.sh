@@ -65,6 +65,7 @@ curl -fsS -X PUT "http://127.0.0.1:8081/admin/v1/events/demo" \
 cat <<MSG
 
 BoxOffice is up.
+  Fan page:              http://127.0.0.1:8080/?event=demo
   Fan API (gateway):     http://127.0.0.1:8080/v1/events/demo
   JWKS:                  http://127.0.0.1:8080/.well-known/jwks.json
   Admin API:             http://127.0.0.1:8081/admin/v1/events/demo
