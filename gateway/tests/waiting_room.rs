@@ -506,11 +506,31 @@ async fn a_proof_of_work_event_admits_only_solved_joins() {
 #[tokio::test]
 async fn the_fan_page_is_served_at_the_root() {
     let room = Room::new(config(1.0)).await;
-    let response = room.app.clone().oneshot(Request::get("/").body(Body::empty()).unwrap()).await.unwrap();
+    let response = room
+        .app
+        .clone()
+        .oneshot(Request::get("/").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(response.headers()["content-type"], "text/html; charset=utf-8");
-    let page = String::from_utf8(axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap().to_vec()).unwrap();
-    for needle in ["<title>BoxOffice waiting room</title>", "/queue/status", "Idempotency-Key", "Retry-After", "/challenge"] {
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/html; charset=utf-8"
+    );
+    let page = String::from_utf8(
+        axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    for needle in [
+        "<title>BoxOffice waiting room</title>",
+        "/queue/status",
+        "Idempotency-Key",
+        "Retry-After",
+        "/challenge",
+    ] {
         assert!(page.contains(needle), "the page lacks {needle}");
     }
     room.cleanup().await;
