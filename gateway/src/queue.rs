@@ -5,6 +5,8 @@
 //! [`crate::cache`]; they never touch Postgres, so the line holds however
 //! long it grows.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -18,6 +20,7 @@ use boxoffice_contract::Problem;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::cache::EdgeEvent;
 use crate::events::unknown_event;
 use crate::{bearer, pow, redis_down, AppState};
 
@@ -72,12 +75,7 @@ async fn challenge(
     Path(event_id): Path<String>,
 ) -> Result<axum::Json<Challenge>, Problem> {
     let keys = event_keys(&state, &event_id)?;
-    let event = state
-        .events
-        .get(&state.redis, &keys, &event_id)
-        .await
-        .map_err(redis_down)?
-        .ok_or_else(unknown_event)?;
+    let event = edge_event(&state, &keys, &event_id).await?;
     let now = now_s();
     Ok(axum::Json(Challenge {
         challenge: pow::challenge(&state.keys, &event_id, now),
@@ -104,6 +102,20 @@ fn event_keys(state: &AppState, event_id: &str) -> Result<EventKeys, Problem> {
     }
 }
 
+/// The event as the edge sees it (settings cached for one tick); 404 if none.
+async fn edge_event(
+    state: &AppState,
+    keys: &EventKeys,
+    event_id: &str,
+) -> Result<Arc<EdgeEvent>, Problem> {
+    state
+        .events
+        .get(&state.redis, keys, event_id)
+        .await
+        .map_err(redis_down)?
+        .ok_or_else(unknown_event)
+}
+
 fn sold_out() -> Problem {
     Problem::new(StatusCode::GONE, "sold-out", "every seat is sold")
 }
@@ -122,12 +134,7 @@ async fn join(
         ));
     }
     state.per_fan.check(&event_id, &request.fan_id)?;
-    let event = state
-        .events
-        .get(&state.redis, &keys, &event_id)
-        .await
-        .map_err(redis_down)?
-        .ok_or_else(unknown_event)?;
+    let event = edge_event(&state, &keys, &event_id).await?;
     let config = &event.config;
     let now = now_ms();
     if config.closed {
@@ -275,12 +282,7 @@ async fn status(
         .verify(ticket, TokenUse::Queue, Some(&event_id))
         .map_err(|e| Problem::unauthorized("invalid-ticket", e.to_string()))?;
     state.per_fan.check(&event_id, &claims.sub)?;
-    let event = state
-        .events
-        .get(&state.redis, &keys, &event_id)
-        .await
-        .map_err(redis_down)?
-        .ok_or_else(unknown_event)?;
+    let event = edge_event(&state, &keys, &event_id).await?;
     if event.sold_out() {
         return Err(sold_out());
     }
