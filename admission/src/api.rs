@@ -86,9 +86,10 @@ fn redis_down(error: redis::RedisError) -> Problem {
     )
 }
 
-fn event_path(event_id: &str) -> Result<EventKeys, Problem> {
+/// 422 unless the path's event id can live in a key and a URL.
+fn check_event_id(event_id: &str) -> Result<(), Problem> {
     if valid_event_id(event_id) {
-        Ok(EventKeys::new("", event_id))
+        Ok(())
     } else {
         Err(invalid(
             "event_id",
@@ -286,7 +287,7 @@ async fn put_event(
     Path(event_id): Path<String>,
     Json(spec): Json<EventSpec>,
 ) -> Result<Response, Problem> {
-    event_path(&event_id)?;
+    check_event_id(&event_id)?;
     let mut config = spec.validate()?;
     // Inventory first: Postgres is the truth, and it refuses a capacity below what is sold.
     let url = format!(
@@ -370,7 +371,7 @@ async fn patch_event(
     Path(event_id): Path<String>,
     Json(patch): Json<EventPatch>,
 ) -> Result<axum::Json<EventView>, Problem> {
-    event_path(&event_id)?;
+    check_event_id(&event_id)?;
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
     if !redis
@@ -434,7 +435,7 @@ async fn get_event(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
 ) -> Result<axum::Json<EventView>, Problem> {
-    event_path(&event_id)?;
+    check_event_id(&event_id)?;
     Ok(axum::Json(view(&state, &event_id).await?))
 }
 
@@ -543,7 +544,7 @@ async fn revoke(
     State(state): State<AppState>,
     Path((event_id, fan_id)): Path<(String, String)>,
 ) -> Result<StatusCode, Problem> {
-    event_path(&event_id)?;
+    check_event_id(&event_id)?;
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
     let expiry: Option<f64> = redis
