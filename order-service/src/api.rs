@@ -65,14 +65,15 @@ pub struct EventSpec {
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct StockView {
+/// Seats of an event as the API reports them.
+pub struct Seats {
     pub capacity: i32,
     pub reserved: i32,
     pub sold: i32,
     pub remaining: i32,
 }
 
-impl From<Stock> for StockView {
+impl From<Stock> for Seats {
     fn from(s: Stock) -> Self {
         Self {
             capacity: s.capacity,
@@ -95,7 +96,7 @@ async fn put_event(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
     Json(spec): Json<EventSpec>,
-) -> Result<axum::Json<StockView>, Problem> {
+) -> Result<axum::Json<Seats>, Problem> {
     check_event_id(&event_id)?;
     if spec.capacity < 0 || spec.price_cents < 0 || spec.name.trim().is_empty() {
         return Err(Problem::new(
@@ -119,7 +120,7 @@ async fn put_event(
 async fn get_event(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
-) -> Result<axum::Json<StockView>, Problem> {
+) -> Result<axum::Json<Seats>, Problem> {
     check_event_id(&event_id)?;
     Ok(axum::Json(
         store::stock(&state.pool, &event_id).await?.into(),

@@ -96,20 +96,23 @@ pub async fn stock(pool: &PgPool, event_id: &str) -> Result<Stock, StoreError> {
         .ok_or(StoreError::UnknownEvent)
 }
 
+/// An order and how many of its tickets exist, in one round trip.
 pub async fn order(pool: &PgPool, order_id: Uuid) -> Result<Option<(Order, i64)>, StoreError> {
-    let row: Option<Order> = sqlx::query_as(
-        "SELECT order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat
-         FROM orders WHERE order_id = $1",
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        order: Order,
+        tickets: i64,
+    }
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat,
+                (SELECT count(*) FROM tickets t WHERE t.order_id = o.order_id) AS tickets
+         FROM orders o WHERE order_id = $1",
     )
     .bind(order_id)
     .fetch_optional(pool)
     .await?;
-    let Some(order) = row else { return Ok(None) };
-    let tickets: i64 = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE order_id = $1")
-        .bind(order_id)
-        .fetch_one(pool)
-        .await?;
-    Ok(Some((order, tickets)))
+    Ok(row.map(|r| (r.order, r.tickets)))
 }
 
 /// The outcome of placing an order.
