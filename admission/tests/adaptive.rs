@@ -1,8 +1,6 @@
 //! Adaptive admission against a real order service on a real Postgres: the
 //! rate halves while the outbox backs up and climbs back once it drains.
 
-use std::sync::Arc;
-
 use admission::adaptive::{Controller, Verdict};
 use boxoffice_contract::event::{Adaptive, EventConfig};
 use boxoffice_contract::keys::{events_key, EventKeys};
@@ -21,28 +19,20 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
     // The order service, with no relay, so outbox rows stay unpublished until we say.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let order_service_url = format!("http://{}", listener.local_addr().unwrap());
-    let config = order_service::ServeConfig {
-        listen: String::new(),
-        database_url: String::new(),
-        db_connections: 4,
-        redis_url: url,
-        redis_prefix: prefix.clone(),
-        kafka_brokers: std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into()),
-        topic: format!("adaptive-{prefix}"),
-        worker_group: format!("group-{prefix}"),
-        partitions: 1,
-        reservation_ttl_s: 600,
-        saga_runners: 0,
-        relay: false,
-        relay_batch: 100,
-        outbox_retention_s: 3600,
+    let config = {
+        let mut c = order_service::ServeConfig::defaults();
+        c.redis_prefix = prefix.clone();
+        c.redis_url = url;
+        c.topic = format!("adaptive-{prefix}");
+        c.worker_group = format!("group-{prefix}");
+        c.saga_runners = 0;
+        c.relay = false;
+        if let Ok(brokers) = std::env::var("KAFKA_BROKERS") {
+            c.kafka_brokers = brokers;
+        }
+        c
     };
-    let state = order_service::AppState {
-        pool: pool.clone(),
-        stock: order_service::stock::StockView::new(redis.clone(), &prefix),
-        config: Arc::new(config),
-        saga_wakeup: Arc::default(),
-    };
+    let state = order_service::AppState::new(pool.clone(), redis.clone(), config).unwrap();
     let cancel = CancellationToken::new();
     let stop = cancel.clone();
     let server = tokio::spawn(order_service::serve(listener, state, async move {

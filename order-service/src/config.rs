@@ -1,4 +1,4 @@
-//! The command line: `order-service serve` and `order-service worker`.
+//! The command line: `order-service serve`, `worker` and `payment-provider`.
 //! Every flag has an env var; defaults are the local stack's.
 
 use clap::{Args, Parser, Subcommand};
@@ -20,6 +20,8 @@ pub enum Command {
     Serve(ServeConfig),
     /// The `ticket-issuer` consumer group member that issues tickets.
     Worker(WorkerConfig),
+    /// The fake payment provider, with fault knobs (for tests and demos).
+    PaymentProvider(crate::payments::provider::ProviderConfig),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -67,6 +69,24 @@ pub struct ServeConfig {
     /// Published outbox rows are deleted after this many seconds.
     #[arg(long, env = "BOXOFFICE_OUTBOX_RETENTION_S", default_value_t = 86_400)]
     pub outbox_retention_s: i64,
+    #[command(flatten)]
+    pub payment: crate::payments::client::PaymentConfig,
+    /// Fault injection for the crash tests: the relay aborts the process
+    /// after its first publish, before marking the rows published.
+    #[arg(long, env = "BOXOFFICE_CRASH_AFTER_PUBLISH", hide = true)]
+    pub crash_after_publish: bool,
+}
+
+impl ServeConfig {
+    /// The command line's defaults (tests and embedders change what they need).
+    pub fn defaults() -> Self {
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            config: ServeConfig,
+        }
+        Wrapper::parse_from(["serve"]).config
+    }
 }
 
 #[derive(Debug, Clone, Args)]

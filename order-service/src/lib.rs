@@ -8,6 +8,7 @@
 //! - [`relay`]: publishes the transactional outbox to Kafka (`FOR UPDATE SKIP LOCKED`).
 //! - [`worker`]: the `ticket-issuer` consumer that turns `OrderConfirmed` into tickets.
 //! - [`health`]: order latency, outbox backlog and consumer lag, for adaptive admission.
+//! - [`payments`]: the fake payment provider and the resilient client the saga charges through.
 //! - [`kafka`]: client settings and topic creation shared by relay and worker.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@ pub mod api;
 pub mod config;
 pub mod health;
 pub mod kafka;
+pub mod payments;
 pub mod relay;
 pub mod saga;
 pub mod stock;
@@ -39,8 +41,25 @@ pub struct AppState {
     pub pool: sqlx::PgPool,
     pub stock: stock::StockView,
     pub config: Arc<ServeConfig>,
+    pub payments: payments::client::PaymentClient,
     /// Wakes the saga runners when an order is placed, so they need not poll fast.
     pub saga_wakeup: Arc<tokio::sync::Notify>,
+}
+
+impl AppState {
+    pub fn new(
+        pool: sqlx::PgPool,
+        redis: redis::aio::ConnectionManager,
+        config: ServeConfig,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            pool,
+            stock: stock::StockView::new(redis, &config.redis_prefix),
+            payments: payments::client::PaymentClient::new(config.payment.clone())?,
+            config: Arc::new(config),
+            saga_wakeup: Arc::default(),
+        })
+    }
 }
 
 /// Runs the API, the saga runners and the outbox relay until `shutdown` resolves,

@@ -1,8 +1,7 @@
-use std::sync::Arc;
-
 use anyhow::Context;
 use clap::Parser;
-use order_service::{connect_db, stock::StockView, AppState, Cli, Command};
+use order_service::payments::provider::{self, Provider};
+use order_service::{connect_db, AppState, Cli, Command};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -19,12 +18,7 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;
             tracing::info!(listen = %config.listen, "order service listening");
-            let state = AppState {
-                pool,
-                stock: StockView::new(redis, &config.redis_prefix),
-                config: Arc::new(config),
-                saga_wakeup: Arc::default(),
-            };
+            let state = AppState::new(pool, redis, config)?;
             order_service::serve(listener, state, boxoffice_contract::shutdown::signal()).await
         }
         Command::Worker(config) => {
@@ -47,6 +41,18 @@ async fn main() -> anyhow::Result<()> {
             });
             tracing::info!(topic = %config.topic, group = %config.group, listen = %config.listen, "ticket worker starting");
             order_service::worker::run(config, pool, cancel).await
+        }
+        Command::PaymentProvider(config) => {
+            let listener = tokio::net::TcpListener::bind(&config.listen)
+                .await
+                .with_context(|| format!("binding {}", config.listen))?;
+            tracing::info!(listen = %config.listen, knobs = ?config.knobs, "fake payment provider listening");
+            provider::serve(
+                listener,
+                Provider::new(config.knobs),
+                boxoffice_contract::shutdown::signal(),
+            )
+            .await
         }
     }
 }

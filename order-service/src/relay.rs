@@ -26,6 +26,8 @@ pub struct RelayConfig {
     pub retention: Duration,
     /// Sleep when the outbox is empty.
     pub idle: Duration,
+    /// Abort the process after the first publish, before the mark (crash tests).
+    pub crash_after_publish: bool,
 }
 
 impl From<&ServeConfig> for RelayConfig {
@@ -35,6 +37,7 @@ impl From<&ServeConfig> for RelayConfig {
             batch: config.relay_batch,
             retention: Duration::from_secs(config.outbox_retention_s.max(0) as u64),
             idle: Duration::from_millis(100),
+            crash_after_publish: config.crash_after_publish,
         }
     }
 }
@@ -117,6 +120,10 @@ pub async fn relay_batch(
         async move { send.await.map_err(|(error, _)| error) }
     });
     try_join_all(sends).await?;
+    if config.crash_after_publish {
+        tracing::error!("crash_after_publish: aborting between publish and mark");
+        std::process::abort();
+    }
     let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
     sqlx::query("UPDATE outbox SET published_at = now() WHERE id = ANY($1)")
         .bind(&ids)

@@ -189,49 +189,174 @@ pub async fn place_order(
     }
 }
 
-/// Claims the oldest unfinished order no other runner holds. The row stays
-/// locked until `tx` ends, so each order advances in one runner at a time.
-pub async fn claim_unfinished(
-    tx: &mut Transaction<'_, Postgres>,
-) -> Result<Option<Order>, StoreError> {
+/// An order a saga runner has claimed, with what the claim found.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Claimed {
+    #[sqlx(flatten)]
+    pub order: Order,
+    /// The seat hold ran out before this claim.
+    pub hold_expired: bool,
+    /// Claims so far, this one included.
+    pub attempts: i32,
+}
+
+/// Claims the unfinished order that has been due longest, under a lease: no
+/// other runner takes it up before `lease` has passed (the claim commits at
+/// once, so no transaction stays open across a payment call). A runner that
+/// dies mid-step leaves the order to be claimed again when the lease ends;
+/// every step is safe to repeat.
+pub async fn claim_due(
+    pool: &PgPool,
+    lease: std::time::Duration,
+) -> Result<Option<Claimed>, StoreError> {
     Ok(sqlx::query_as(
-        "SELECT order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat
-         FROM orders WHERE status IN ('reserved', 'charged')
-         ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED",
+        "UPDATE orders SET next_attempt_at = now() + make_interval(secs => $1), attempts = attempts + 1
+         WHERE order_id = (
+             SELECT order_id FROM orders
+             WHERE status IN ('pending', 'reserved', 'charged')
+               AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+             ORDER BY next_attempt_at NULLS FIRST LIMIT 1 FOR UPDATE SKIP LOCKED)
+         RETURNING order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat,
+                   coalesce(hold_expires_at <= now(), false) AS hold_expired, attempts",
+    )
+    .bind(lease.as_secs_f64())
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Hands an order back to be taken up again after `delay`, but no later
+/// than a live hold expires (when the sweep step must run).
+pub async fn retry_later(
+    pool: &PgPool,
+    order_id: Uuid,
+    delay: std::time::Duration,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE orders SET next_attempt_at = CASE
+                WHEN hold_expires_at > now() THEN least(now() + make_interval(secs => $2), hold_expires_at)
+                ELSE now() + make_interval(secs => $2) END
+         WHERE order_id = $1 AND status IN ('pending', 'reserved', 'charged')",
+    )
+    .bind(order_id)
+    .bind(delay.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The pivot: records the capture under the order id (its idempotency key)
+/// and moves a held order to `charged`, due at once for its last step.
+/// Returns `false` if the order was no longer held (failed meanwhile): the
+/// capture is then recorded as `refunding`, so the refund compensation
+/// gives it back.
+pub async fn mark_charged(
+    pool: &PgPool,
+    order_id: Uuid,
+    amount_cents: i64,
+) -> Result<bool, StoreError> {
+    let mut tx = pool.begin().await?;
+    let charged = sqlx::query(
+        "UPDATE orders SET status = 'charged', next_attempt_at = now(), updated_at = now()
+         WHERE order_id = $1 AND status = 'reserved'",
+    )
+    .bind(order_id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    let already_charged: bool = if charged {
+        false
+    } else {
+        sqlx::query_scalar(
+            "SELECT status IN ('charged', 'confirmed') FROM orders WHERE order_id = $1",
+        )
+        .bind(order_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .unwrap_or(false)
+    };
+    sqlx::query(
+        "INSERT INTO payments (order_id, amount_cents, status) VALUES ($1, $2, $3)
+         ON CONFLICT (order_id) DO NOTHING",
+    )
+    .bind(order_id)
+    .bind(amount_cents)
+    .bind(if charged || already_charged {
+        "captured"
+    } else {
+        "refunding"
+    })
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(charged)
+}
+
+/// Compensation of the hold: fails a held order with `reason` and gives its
+/// seats back. Returns the new stock, or `None` if the order was no longer held.
+pub async fn fail_and_release(
+    pool: &PgPool,
+    order_id: Uuid,
+    reason: &str,
+) -> Result<Option<(String, Stock)>, StoreError> {
+    let mut tx = pool.begin().await?;
+    let failed: Option<(String, i32)> = sqlx::query_as(
+        "UPDATE orders SET status = 'failed', failure_reason = $2, hold_expires_at = NULL,
+                next_attempt_at = NULL, updated_at = now()
+         WHERE order_id = $1 AND status IN ('pending', 'reserved')
+         RETURNING event_id, quantity",
+    )
+    .bind(order_id)
+    .bind(reason)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((event_id, quantity)) = failed else {
+        return Ok(None);
+    };
+    let stock: Stock = sqlx::query_as(
+        "UPDATE inventory SET reserved = reserved - $2, version = version + 1
+         WHERE event_id = $1 RETURNING capacity, reserved, sold, version",
+    )
+    .bind(&event_id)
+    .bind(quantity)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some((event_id, stock)))
+}
+
+/// Claims one capture waiting to be refunded; the row stays locked until
+/// `tx` ends, so one runner refunds it at a time.
+pub async fn claim_refund(tx: &mut Transaction<'_, Postgres>) -> Result<Option<Uuid>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT order_id FROM payments WHERE status = 'refunding' LIMIT 1 FOR UPDATE SKIP LOCKED",
     )
     .fetch_optional(&mut **tx)
     .await?)
 }
 
-pub async fn set_status(
+pub async fn mark_refunded(
     tx: &mut Transaction<'_, Postgres>,
     order_id: Uuid,
-    status: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE orders SET status = $2, updated_at = now() WHERE order_id = $1")
+    sqlx::query("UPDATE payments SET status = 'refunded' WHERE order_id = $1")
         .bind(order_id)
-        .bind(status)
         .execute(&mut **tx)
         .await?;
     Ok(())
 }
 
-/// Records the charge under the order id, its idempotency key: a second
-/// attempt finds the first.
-pub async fn record_payment(
+/// Locks a charged order for its last step; `false` if it is not (or no longer) charged.
+pub async fn lock_charged(
     tx: &mut Transaction<'_, Postgres>,
     order_id: Uuid,
-    amount_cents: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO payments (order_id, amount_cents, status) VALUES ($1, $2, 'captured')
-         ON CONFLICT (order_id) DO NOTHING",
-    )
-    .bind(order_id)
-    .bind(amount_cents)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+) -> Result<bool, StoreError> {
+    let status: Option<String> =
+        sqlx::query_scalar("SELECT status FROM orders WHERE order_id = $1 FOR UPDATE")
+            .bind(order_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    Ok(status.as_deref() == Some("charged"))
 }
 
 /// Moves held seats to sold and returns the first seat number of the order.
@@ -261,7 +386,7 @@ pub async fn confirm(
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE orders SET status = 'confirmed', first_seat = $2, hold_expires_at = NULL,
-         updated_at = now() WHERE order_id = $1",
+         next_attempt_at = NULL, updated_at = now() WHERE order_id = $1",
     )
     .bind(order_id)
     .bind(first_seat)

@@ -5,7 +5,6 @@
 //! key prefix, topic and consumer group.
 #![allow(dead_code)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
@@ -30,6 +29,7 @@ pub fn brokers() -> String {
 
 pub struct Stack {
     pub gateway: String,
+    pub payment_provider: String,
     pub admission: String,
     pub order_service: String,
     pub http: reqwest::Client,
@@ -49,6 +49,17 @@ async fn listener() -> (TcpListener, String) {
 
 impl Stack {
     pub async fn start(pool_options: PgPoolOptions, connect: PgConnectOptions) -> Self {
+        Self::start_with(pool_options, connect, true).await
+    }
+
+    /// `pipeline: false` leaves out the saga runners, the outbox relay and
+    /// the ticket worker: purchases stop at `reserved` (benchmarks of the
+    /// request path alone use this).
+    pub async fn start_with(
+        pool_options: PgPoolOptions,
+        connect: PgConnectOptions,
+        pipeline: bool,
+    ) -> Self {
         boxoffice_contract::telemetry::init();
         let pool = pool_options
             .max_connections(20)
@@ -67,29 +78,32 @@ impl Stack {
             .unwrap();
         let mut tasks = Vec::new();
 
+        // The fake payment provider, healthy (tests that want faults set its knobs).
+        let (provider_listener, payment_provider) = listener().await;
+        let stop = cancel.clone();
+        tasks.push(tokio::spawn(order_service::payments::provider::serve(
+            provider_listener,
+            order_service::payments::provider::Provider::default(),
+            async move { stop.cancelled().await },
+        )));
+
         let (orders_listener, order_service) = listener().await;
-        let serve_config = order_service::ServeConfig {
-            listen: String::new(),
-            database_url: String::new(),
-            db_connections: 20,
-            redis_url: redis_url(),
-            redis_prefix: prefix.clone(),
-            kafka_brokers: brokers(),
-            topic: topic.clone(),
-            worker_group: format!("ticket-issuer-{id}"),
-            partitions: 2,
-            reservation_ttl_s: 600,
-            saga_runners: 4,
-            relay: true,
-            relay_batch: 200,
-            outbox_retention_s: 86_400,
+        let serve_config = {
+            let mut c = order_service::ServeConfig::defaults();
+            c.db_connections = 20;
+            c.redis_url = redis_url();
+            c.redis_prefix = prefix.clone();
+            c.kafka_brokers = brokers();
+            c.topic = topic.clone();
+            c.worker_group = format!("ticket-issuer-{id}");
+            c.partitions = 2;
+            c.saga_runners = if pipeline { 4 } else { 0 };
+            c.relay = pipeline;
+            c.payment.payment_url = payment_provider.clone();
+            c
         };
-        let state = order_service::AppState {
-            pool: pool.clone(),
-            stock: order_service::stock::StockView::new(redis.clone(), &prefix),
-            config: Arc::new(serve_config),
-            saga_wakeup: Arc::default(),
-        };
+        let state =
+            order_service::AppState::new(pool.clone(), redis.clone(), serve_config).unwrap();
         let stop = cancel.clone();
         tasks.push(tokio::spawn(order_service::serve(
             orders_listener,
@@ -105,11 +119,13 @@ impl Stack {
             group: format!("ticket-issuer-{id}"),
             commit_interval_ms: 200,
         };
-        tasks.push(tokio::spawn(order_service::worker::run(
-            worker_config,
-            pool.clone(),
-            cancel.clone(),
-        )));
+        if pipeline {
+            tasks.push(tokio::spawn(order_service::worker::run(
+                worker_config,
+                pool.clone(),
+                cancel.clone(),
+            )));
+        }
 
         let (admission_listener, admission) = listener().await;
         let admission_config = {
@@ -156,6 +172,7 @@ impl Stack {
 
         Self {
             gateway,
+            payment_provider,
             admission,
             order_service,
             http: reqwest::Client::new(),
