@@ -48,6 +48,7 @@ struct UpstreamOrder {
     event_id: String,
     fan_id: String,
     status: String,
+    status_detail: String,
     quantity: i32,
     failure_reason: Option<String>,
     tickets_issued: i64,
@@ -59,6 +60,8 @@ pub struct OrderView {
     pub order_id: Uuid,
     pub event_id: String,
     pub status: String,
+    /// The status in words, e.g. "seats held — processing payment".
+    pub status_detail: String,
     pub quantity: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
@@ -264,6 +267,7 @@ async fn get_order(
         order_id: order.order_id,
         event_id: order.event_id,
         status: order.status,
+        status_detail: order.status_detail,
         quantity: order.quantity,
         failure_reason: order.failure_reason,
         tickets_issued: order.tickets_issued,

@@ -142,6 +142,8 @@ pub struct OrderView {
     pub event_id: String,
     pub fan_id: String,
     pub status: String,
+    /// The status in words, for the fan.
+    pub status_detail: String,
     pub quantity: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
@@ -150,12 +152,27 @@ pub struct OrderView {
     pub tickets_issued: i64,
 }
 
+/// What each status means to the fan, honestly.
+pub fn status_detail(status: &str, quantity: i32, tickets_issued: i64) -> &'static str {
+    match status {
+        "pending" => "order received",
+        "reserved" => "seats held — processing payment",
+        "charged" => "paid — confirming your seats",
+        "confirmed" if tickets_issued >= i64::from(quantity) => "confirmed — tickets ready",
+        "confirmed" => "confirmed — issuing tickets",
+        "failed" => "not completed — any charge is given back",
+        "cancelled" => "cancelled",
+        _ => "unknown",
+    }
+}
+
 impl OrderView {
     fn new(order: Order, tickets_issued: i64) -> Self {
         Self {
             order_id: order.order_id,
             event_id: order.event_id,
             fan_id: order.fan_id,
+            status_detail: status_detail(&order.status, order.quantity, tickets_issued).to_owned(),
             status: order.status,
             quantity: order.quantity,
             failure_reason: order.failure_reason,

@@ -4,8 +4,9 @@
 //!    fails at once (nothing is sent);
 //! 2. a circuit breaker (`failsafe`): opens when the success rate over a
 //!    sliding window falls below `1 - failure_rate` with at least
-//!    `min_requests` calls in it; while open, calls fail at once; after the
-//!    open period one call tests the provider (half-open);
+//!    `min_requests` calls in it (and, failsafe's rule, once a whole window
+//!    of history exists); while open, calls fail at once; after the open
+//!    period one call tests the provider (half-open);
 //! 3. retries of transient failures only (transport errors, timeouts, 5xx),
 //!    exponential backoff with full jitter, paid from a retry budget
 //!    (`tower`'s `TpsBudget`: retries may add at most `retry_percent` to the

@@ -10,15 +10,17 @@
 //! | `POST /v1/charges/{key}/void` | closes a key that has no capture, so a late charge under it is refused; 409 with the capture if there is one |
 //! | `GET /v1/charges` | every key with how many times money was taken under it (tests count double charges here) |
 //! | `GET`/`PUT /v1/knobs` | the fault knobs, live |
+//! | `GET /v1/stats` | requests that reached the provider, and the faults chance chose |
 //!
 //! Knobs: `latency_ms` before every answer; then per request, by chance,
 //! `error_rate` → 503 with nothing applied, `timeout_rate` → hangs for
 //! `hang_ms` with nothing applied, `lost_rate` → applied, then hangs for
 //! `hang_ms` (the answer is lost to a caller that gave up);
-//! `decline_rate` → a new charge is declined. The knob endpoints and the
-//! charge list never fail.
+//! `decline_rate` → a new charge is declined. The knob, stats and
+//! charge-list endpoints never fail.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -123,6 +125,24 @@ pub struct Record {
 pub struct Provider {
     knobs: Arc<RwLock<Knobs>>,
     charges: Arc<Mutex<HashMap<String, Record>>>,
+    stats: Arc<Counters>,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    errors: AtomicU64,
+    timeouts: AtomicU64,
+    lost: AtomicU64,
+}
+
+/// How many requests reached the provider and which faults chance chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub requests: u64,
+    pub errors: u64,
+    pub timeouts: u64,
+    pub lost: u64,
 }
 
 /// What chance decided for one request.
@@ -153,6 +173,8 @@ impl Provider {
             tokio::time::sleep(Duration::from_millis(knobs.latency_ms)).await;
         }
         let roll: f64 = rand::thread_rng().gen();
+        let stats = &self.stats;
+        stats.requests.fetch_add(1, Ordering::Relaxed);
         let fault = if roll < knobs.error_rate {
             Fault::Error
         } else if roll < knobs.error_rate + knobs.timeout_rate {
@@ -162,6 +184,12 @@ impl Provider {
         } else {
             Fault::None
         };
+        match fault {
+            Fault::None => {}
+            Fault::Error => _ = stats.errors.fetch_add(1, Ordering::Relaxed),
+            Fault::Timeout => _ = stats.timeouts.fetch_add(1, Ordering::Relaxed),
+            Fault::Lost => _ = stats.lost.fetch_add(1, Ordering::Relaxed),
+        }
         (fault, knobs)
     }
 
@@ -259,6 +287,16 @@ impl Provider {
         (status, axum::Json(record.charge.clone())).into_response()
     }
 
+    pub fn stats(&self) -> Stats {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        Stats {
+            requests: read(&self.stats.requests),
+            errors: read(&self.stats.errors),
+            timeouts: read(&self.stats.timeouts),
+            lost: read(&self.stats.lost),
+        }
+    }
+
     /// Every key's record (for tests and demos).
     pub fn records(&self) -> Vec<Record> {
         let charges = self.charges.lock().expect("charges lock");
@@ -286,6 +324,7 @@ pub fn router(provider: Provider) -> Router {
         .route("/v1/charges/{key}/refund", post(post_refund))
         .route("/v1/charges/{key}/void", post(post_void))
         .route("/v1/knobs", get(get_knobs).put(put_knobs))
+        .route("/v1/stats", get(get_stats))
         .route("/healthz", get(|| async { "ok" }));
     boxoffice_contract::problem::with_fallbacks(routes).with_state(provider)
 }
@@ -315,6 +354,10 @@ async fn post_void(State(provider): State<Provider>, Path(key): Path<String>) ->
 
 async fn list_charges(State(provider): State<Provider>) -> axum::Json<Vec<Record>> {
     axum::Json(provider.records())
+}
+
+async fn get_stats(State(provider): State<Provider>) -> axum::Json<Stats> {
+    axum::Json(provider.stats())
 }
 
 async fn get_knobs(State(provider): State<Provider>) -> axum::Json<Knobs> {

@@ -1,0 +1,197 @@
+//! The purchase saga against a real Postgres and the fake payment provider
+//! over real HTTP: no overselling under contention, and no double charge,
+//! lost charge or stuck seat under provider faults.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use futures::future::join_all;
+use order_service::payments::provider::Knobs;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+fn prefix() -> String {
+    format!("t{}", uuid::Uuid::new_v4().simple())
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn three_hundred_purchases_for_a_hundred_seats_sell_exactly_a_hundred(pool: PgPool) {
+    let cancel = CancellationToken::new();
+    let (provider, provider_url) = start_provider(Knobs::default(), &cancel).await;
+    let service = OrderService::start(pool.clone(), config(&prefix(), &provider_url)).await;
+    create_event(&service.http, &service.url, "ev", 100).await;
+
+    let purchases = (0..300).map(|fan| {
+        let (http, url) = (service.http.clone(), service.url.clone());
+        async move { place(&http, &url, "ev", &format!("fan-{fan}"), 1).await.0 }
+    });
+    let statuses = join_all(purchases).await;
+    let accepted = statuses.iter().filter(|s| **s == 202).count();
+    let sold_out = statuses.iter().filter(|s| **s == 410).count();
+    assert_eq!((accepted, sold_out), (100, 200), "{statuses:?}");
+
+    wait_settled(&pool, Duration::from_secs(60)).await;
+    let confirmed = check_orders(&pool, "ev", 100).await;
+    assert_eq!(confirmed.len(), 100);
+    check_books(&provider, &confirmed);
+    // The same invariant, as SQL sees it.
+    let within: bool = sqlx::query_scalar(
+        "SELECT sold = capacity AND reserved + sold <= capacity FROM inventory WHERE event_id = 'ev'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(within);
+
+    service.stop().await;
+    cancel.cancel();
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn provider_errors_and_lost_answers_never_charge_twice_nor_strand_a_seat(pool: PgPool) {
+    let cancel = CancellationToken::new();
+    let knobs = Knobs {
+        error_rate: 0.3,
+        lost_rate: 0.1,
+        decline_rate: 0.05,
+        hang_ms: 600,
+        ..Knobs::default()
+    };
+    let (provider, provider_url) = start_provider(knobs, &cancel).await;
+    let mut config = config(&prefix(), &provider_url);
+    config.payment.payment_retries = 2;
+    // Short holds, so some orders reach the sweep while their charge is unsettled.
+    config.reservation_ttl_s = 2;
+    // The breaker is tested on its own; here every call should reach the provider.
+    config.payment.payment_breaker_failure_rate = 1.0;
+    let service = OrderService::start(pool.clone(), config).await;
+    create_event(&service.http, &service.url, "ev", 100).await;
+
+    let purchases = (0..120).map(|fan| {
+        let (http, url) = (service.http.clone(), service.url.clone());
+        async move { place(&http, &url, "ev", &format!("fan-{fan}"), 1).await.0 }
+    });
+    let statuses = join_all(purchases).await;
+    assert_eq!(statuses.iter().filter(|s| **s == 202).count(), 100);
+
+    wait_settled(&pool, Duration::from_secs(120)).await;
+    let confirmed = check_orders(&pool, "ev", 100).await;
+    check_books(&provider, &confirmed);
+    let stats = provider.stats();
+    assert!(
+        stats.errors > 0 && stats.lost > 0,
+        "the faults must have happened: {stats:?}"
+    );
+    let failed: Vec<(String,)> =
+        sqlx::query_as("SELECT failure_reason FROM orders WHERE status = 'failed'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(
+        failed
+            .iter()
+            .all(|(r,)| ["payment-declined", "hold-expired", "payment-cancelled"].contains(&r.as_str())),
+        "{failed:?}"
+    );
+    assert!(!confirmed.is_empty());
+    println!(
+        "confirmed {}, failed {}, provider {stats:?}",
+        confirmed.len(),
+        failed.len()
+    );
+
+    service.stop().await;
+    cancel.cancel();
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_capture_for_an_order_that_failed_meanwhile_is_refunded(pool: PgPool) {
+    let cancel = CancellationToken::new();
+    let (provider, provider_url) = start_provider(Knobs::default(), &cancel).await;
+    let mut config = config(&prefix(), &provider_url);
+    config.saga_runners = 0;
+    let service = OrderService::start(pool.clone(), config.clone()).await;
+    create_event(&service.http, &service.url, "ev", 10).await;
+    let (status, order_id) = place(&service.http, &service.url, "ev", "fan", 2).await;
+    assert_eq!(status, 202);
+
+    // The order fails (its hold swept), while a charge under its key is
+    // captured anyway (a provider without void, a racing runner).
+    order_service::store::fail_and_release(&pool, order_id, "hold-expired")
+        .await
+        .unwrap()
+        .expect("the order was held");
+    let http = reqwest::Client::new();
+    let captured = http
+        .post(format!("{provider_url}/v1/charges"))
+        .json(&serde_json::json!({ "idempotency_key": order_id.to_string(), "amount_cents": 9_000 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(captured.status(), 201);
+    let charged = order_service::store::mark_charged(&pool, order_id, 9_000)
+        .await
+        .unwrap();
+    assert!(!charged, "a failed order must not become charged");
+    service.stop().await;
+
+    // A saga runner gives the money back.
+    config.saga_runners = 1;
+    let service = OrderService::start(pool.clone(), config).await;
+    wait_settled(&pool, Duration::from_secs(20)).await;
+    let payment: String = sqlx::query_scalar("SELECT status FROM payments WHERE order_id = $1")
+        .bind(order_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(payment, "refunded");
+    check_books(&provider, &[]);
+    check_orders(&pool, "ev", 10).await;
+
+    service.stop().await;
+    cancel.cancel();
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn the_order_shows_its_intermediate_state(pool: PgPool) {
+    let cancel = CancellationToken::new();
+    // A slow provider keeps the order in `reserved` long enough to read it.
+    let knobs = Knobs {
+        latency_ms: 1_500,
+        ..Knobs::default()
+    };
+    let (_provider, provider_url) = start_provider(knobs, &cancel).await;
+    let mut config = config(&prefix(), &provider_url);
+    config.payment.payment_attempt_timeout_ms = 5_000;
+    let service = OrderService::start(pool.clone(), config).await;
+    create_event(&service.http, &service.url, "ev", 10).await;
+    let (status, order_id) = place(&service.http, &service.url, "ev", "fan", 1).await;
+    assert_eq!(status, 202);
+    let view: serde_json::Value = service
+        .http
+        .get(format!("{}/internal/orders/{order_id}", service.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["status"], "reserved");
+    assert_eq!(view["status_detail"], "seats held — processing payment");
+    wait_settled(&pool, Duration::from_secs(30)).await;
+    let view: serde_json::Value = service
+        .http
+        .get(format!("{}/internal/orders/{order_id}", service.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["status"], "confirmed");
+
+    service.stop().await;
+    cancel.cancel();
+}
