@@ -18,6 +18,7 @@ pub mod event;
 pub mod extract;
 pub mod keys;
 pub mod problem;
+pub mod schema;
 pub mod shutdown;
 pub mod telemetry;
 pub mod token;
