@@ -8,6 +8,7 @@
 //! | `POST /internal/orders` | place an order (hold seats), idempotent on `order_id` |
 //! | `GET /internal/orders/{id}` | an order and how many tickets it has |
 //! | `GET /internal/health` | order latency p95, outbox backlog and age, consumer lag |
+//! | `GET /metrics` | Prometheus: `boxoffice_orders_total{status}`, `boxoffice_outbox_backlog`, `boxoffice_outbox_oldest_age_seconds`, payment calls |
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -33,6 +34,7 @@ pub fn router(state: AppState) -> Router {
         .route("/internal/orders", post(place_order))
         .route("/internal/orders/{order_id}", get(get_order))
         .route("/internal/health", get(pipeline_health))
+        .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz));
     boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
@@ -207,6 +209,7 @@ async fn place_order(
         Placed::Reserved(order, stock) => {
             state.stock.publish(&req.event_id, stock).await;
             state.saga_wakeup.notify_one();
+            metrics::counter!("boxoffice_orders_total", "status" => "reserved").increment(1);
             tracing::info!(order_id = %order.order_id, event_id = %order.event_id, "seats held");
             Ok((StatusCode::ACCEPTED, axum::Json(OrderView::new(order, 0))).into_response())
         }
@@ -266,6 +269,21 @@ async fn pipeline_health(
         Err(_) => None,
     };
     Ok(axum::Json(report))
+}
+
+/// `GET /metrics`; the outbox gauges are read from Postgres at scrape time,
+/// so they are as fresh as the scrape.
+async fn metrics(State(state): State<AppState>) -> Response {
+    match health::database(&state.pool).await {
+        Ok(report) => {
+            metrics::gauge!("boxoffice_outbox_backlog").set(report.outbox_backlog as f64);
+            metrics::gauge!("boxoffice_outbox_oldest_age_seconds").set(report.outbox_oldest_age_s);
+        }
+        Err(error) => tracing::warn!(%error, "cannot read the outbox for /metrics"),
+    }
+    boxoffice_contract::telemetry::metrics_endpoint()
+        .await
+        .into_response()
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

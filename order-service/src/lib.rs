@@ -69,6 +69,8 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // Install the recorder before the first count.
+    boxoffice_contract::telemetry::prometheus();
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     for runner in 0..state.config.saga_runners {

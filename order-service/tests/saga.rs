@@ -45,6 +45,26 @@ async fn three_hundred_purchases_for_a_hundred_seats_sell_exactly_a_hundred(pool
     .unwrap();
     assert!(within);
 
+    // Metrics: the outbox holds one row per confirmed order (no relay here).
+    let text = service
+        .http
+        .get(format!("{}/metrics", service.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    assert_eq!(value("boxoffice_outbox_backlog"), 100.0);
+    assert!(value("boxoffice_outbox_oldest_age_seconds") >= 0.0);
+    assert!(value("boxoffice_orders_total{status=\"confirmed\"}") >= 100.0);
+    assert!(value("boxoffice_orders_total{status=\"reserved\"}") >= 100.0);
+
     service.stop().await;
     cancel.cancel();
 }
