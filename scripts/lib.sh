@@ -39,6 +39,13 @@ ensure_tansu() {
   cargo install tansu --version "$TANSU_VERSION" --locked --features libsql
 }
 
+# Headless Chromium and its WebDriver, for the browser tests.
+ensure_chromium() {
+  command -v chromedriver >/dev/null && [ -x /usr/bin/chromium ] && return
+  say "installing Chromium and chromedriver (Debian packages) for the browser tests"
+  apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+}
+
 # start_kafka DATA_DIR: starts tansu with SQLite storage in DATA_DIR unless a
 # broker already answers on KAFKA_PORT. Sets KAFKA_PID when it started one.
 start_kafka() {

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 ensure_redis
 ensure_postgres
+ensure_chromium
 start_kafka .run/test-kafka
 trap 'stop_pid "$KAFKA_PID"' EXIT
 
