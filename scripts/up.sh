@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Brings the whole BoxOffice stack up on this machine: Redis, PostgreSQL, the
-# Kafka-protocol broker, the order service, a ticket worker, the admission
+# Kafka-protocol broker, the fake payment provider, the order service, a ticket worker, the admission
 # service and the gateway, with a demo event. Ctrl-C stops it all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +47,8 @@ start() { # name command...
   "$@" >"$RUN/logs/$name.log" 2>&1 &
   PIDS+=($!)
 }
+start payment-provider "$BIN/order-service" payment-provider
+wait_port 8084 30 payment-provider
 start order-service "$BIN/order-service" serve
 wait_port 8082 60 order-service
 start worker "$BIN/order-service" worker
@@ -70,6 +72,7 @@ BoxOffice is up.
   JWKS:                  http://127.0.0.1:8080/.well-known/jwks.json
   Admin API:             http://127.0.0.1:8081/admin/v1/events/demo
   Admin token:           $BOXOFFICE_ADMIN_TOKEN
+  Payment provider:      http://127.0.0.1:8084/v1/knobs  (fake; PUT knobs to inject faults)
   Logs:                  $RUN/logs/
 Try: curl -s -X POST http://127.0.0.1:8080/v1/events/demo/queue -H 'Content-Type: application/json' -d '{"fan_id":"me"}'
 Ctrl-C stops everything.
