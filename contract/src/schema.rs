@@ -9,7 +9,10 @@ pub const ORDER_CONFIRMED_V1_SCHEMA: &str =
     include_str!("../schemas/boxoffice.order.confirmed.v1.json");
 
 fn properties(schema: &Value) -> serde_json::Map<String, Value> {
-    schema["properties"].as_object().cloned().unwrap_or_default()
+    schema["properties"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn required(schema: &Value) -> Vec<&str> {
@@ -176,8 +179,14 @@ mod tests {
         props.insert("qty".into(), quantity);
         data["required"] = json!(["qty"]);
         let problems = breaking_changes(&schema(), &renamed);
-        assert!(problems.contains(&".data.quantity: removed or renamed".to_owned()), "{problems:?}");
-        assert!(problems.contains(&".data.qty: new field is required".to_owned()), "{problems:?}");
+        assert!(
+            problems.contains(&".data.quantity: removed or renamed".to_owned()),
+            "{problems:?}"
+        );
+        assert!(
+            problems.contains(&".data.qty: new field is required".to_owned()),
+            "{problems:?}"
+        );
     }
 
     #[test]

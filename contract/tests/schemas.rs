@@ -16,8 +16,10 @@ fn every_schema_is_additive_to_its_released_copy() {
     for entry in std::fs::read_dir(&released).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-        let current = std::fs::read_to_string(released.join("..").join(&name))
-            .unwrap_or_else(|_| panic!("{name} was released; its schema must stay (make a new type instead)"));
+        let current =
+            std::fs::read_to_string(released.join("..").join(&name)).unwrap_or_else(|_| {
+                panic!("{name} was released; its schema must stay (make a new type instead)")
+            });
         let problems = breaking_changes(
             &parse(&std::fs::read_to_string(&path).unwrap()),
             &parse(&current),

@@ -33,8 +33,11 @@ impl Browser {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("chromedriver (apt-get install chromium chromium-driver; scripts/test.sh does)");
-        let profile = std::env::temp_dir().join(format!("boxoffice-chromium-{}", uuid::Uuid::new_v4()));
+            .expect(
+                "chromedriver (apt-get install chromium chromium-driver; scripts/test.sh does)",
+            );
+        let profile =
+            std::env::temp_dir().join(format!("boxoffice-chromium-{}", uuid::Uuid::new_v4()));
         let capabilities = json!({
             "goog:chromeOptions": {
                 "binary": "/usr/bin/chromium",
@@ -73,7 +76,14 @@ impl Browser {
     async fn wait_text(&self, id: &str, text: &str, within: Duration) -> String {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let found = self.client.find(Locator::Id(id)).await.unwrap().text().await.unwrap();
+            let found = self
+                .client
+                .find(Locator::Id(id))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
             if found.contains(text) {
                 return found;
             }
@@ -86,7 +96,8 @@ impl Browser {
     }
 
     async fn screenshot(&self, name: &str) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-artifacts");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-artifacts");
         std::fs::create_dir_all(&dir).unwrap();
         let png = self.client.screenshot().await.unwrap();
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
@@ -115,20 +126,33 @@ async fn a_fan_proves_work_joins_waits_buys_and_gets_tickets_in_a_browser(
         .send()
         .await
         .unwrap();
-    assert!(response.status().is_success(), "{:?}", response.text().await);
+    assert!(
+        response.status().is_success(),
+        "{:?}",
+        response.text().await
+    );
     // The event really demands the work: a join without it is refused.
     let (status, body) = stack.join("ev", "no-work").await;
     assert_eq!(status, StatusCode::PRECONDITION_REQUIRED, "{body}");
 
     let browser = Browser::start().await;
     let page = &browser.client;
-    page.goto(&format!("{}/?event=ev", stack.gateway)).await.unwrap();
-    browser.wait_text("name", "Test ev", Duration::from_secs(10)).await;
+    page.goto(&format!("{}/?event=ev", stack.gateway))
+        .await
+        .unwrap();
+    browser
+        .wait_text("name", "Test ev", Duration::from_secs(10))
+        .await;
     let fan = page.find(Locator::Id("fan")).await.unwrap();
     fan.clear().await.unwrap();
     fan.send_keys("browser-fan").await.unwrap();
     browser.screenshot("1-event").await;
-    page.find(Locator::Id("join")).await.unwrap().click().await.unwrap();
+    page.find(Locator::Id("join"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
 
     // The page solves the challenge, joins, waits and is admitted.
     browser
@@ -142,7 +166,12 @@ async fn a_fan_proves_work_joins_waits_buys_and_gets_tickets_in_a_browser(
         .select_by_index(1)
         .await
         .unwrap();
-    page.find(Locator::Id("buy")).await.unwrap().click().await.unwrap();
+    page.find(Locator::Id("buy"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     browser
         .wait_text("tickets", "2 ticket(s) issued", Duration::from_secs(90))
         .await;
@@ -158,7 +187,10 @@ async fn a_fan_proves_work_joins_waits_buys_and_gets_tickets_in_a_browser(
             .fetch_one(&stack.pool)
             .await
             .unwrap();
-    assert_eq!((fan_id.as_str(), quantity, state.as_str()), ("browser-fan", 2, "confirmed"));
+    assert_eq!(
+        (fan_id.as_str(), quantity, state.as_str()),
+        ("browser-fan", 2, "confirmed")
+    );
 
     browser.stop().await;
     stack.stop().await;

@@ -78,11 +78,10 @@ async fn confirmed_orders_per_s(pool: &PgPool, database_url: &str, orders: usize
     config.relay = false;
     config.saga_runners = RUNNERS;
     config.payment.payment_url = provider_url;
-    let redis = redis::aio::ConnectionManager::new(
-        redis::Client::open(config.redis_url.as_str()).unwrap(),
-    )
-    .await
-    .unwrap();
+    let redis =
+        redis::aio::ConnectionManager::new(redis::Client::open(config.redis_url.as_str()).unwrap())
+            .await
+            .unwrap();
     let state = AppState::new(pool.clone(), redis, config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -120,7 +119,11 @@ async fn confirmed_orders_per_s(pool: &PgPool, database_url: &str, orders: usize
         .collect()
         .await;
     assert!(statuses.iter().all(|s| *s == 202));
-    while count(pool, "SELECT count(*) FROM orders WHERE event_id = 'bench' AND status = 'confirmed'").await
+    while count(
+        pool,
+        "SELECT count(*) FROM orders WHERE event_id = 'bench' AND status = 'confirmed'",
+    )
+    .await
         < orders as i64
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -131,10 +134,12 @@ async fn confirmed_orders_per_s(pool: &PgPool, database_url: &str, orders: usize
     let saga_rate = orders as f64 / elapsed;
 
     // Baseline: the same SQL through pgbench, as many clients as runners.
-    sqlx::query("INSERT INTO events (event_id, name, price_cents) VALUES ('pgbench', 'pgbench', 4500)")
-        .execute(pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO events (event_id, name, price_cents) VALUES ('pgbench', 'pgbench', 4500)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
     sqlx::query("INSERT INTO inventory (event_id, capacity) VALUES ('pgbench', 100000000)")
         .execute(pool)
         .await
@@ -204,9 +209,16 @@ async fn relay_events_per_s(pool: &PgPool, events: usize) {
         crash_after_publish: false,
     };
     // Warm the connection and metadata once before timing either side.
-    relay::relay_batch(pool, &producer, &RelayConfig { batch: 1, ..config.clone() })
-        .await
-        .unwrap();
+    relay::relay_batch(
+        pool,
+        &producer,
+        &RelayConfig {
+            batch: 1,
+            ..config.clone()
+        },
+    )
+    .await
+    .unwrap();
     let started = Instant::now();
     let mut published = 1;
     while published < events {
@@ -215,7 +227,9 @@ async fn relay_events_per_s(pool: &PgPool, events: usize) {
     let relay_rate = (events - 1) as f64 / started.elapsed().as_secs_f64();
 
     let body = serde_json::to_vec(&payload).unwrap();
-    let keys: Vec<String> = (0..events).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let keys: Vec<String> = (0..events)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
     let raw = kafka::producer(&brokers).unwrap();
     raw.send(
         FutureRecord::to(&raw_topic).key("warm").payload(&body),
@@ -227,7 +241,9 @@ async fn relay_events_per_s(pool: &PgPool, events: usize) {
     for chunk in keys.chunks(BATCH as usize) {
         let sends = chunk.iter().map(|key| {
             raw.send(
-                FutureRecord::to(&raw_topic).key(key.as_str()).payload(&body),
+                FutureRecord::to(&raw_topic)
+                    .key(key.as_str())
+                    .payload(&body),
                 Duration::from_secs(30),
             )
         });

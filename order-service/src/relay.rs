@@ -2,7 +2,11 @@
 //!
 //! A batch is claimed with `FOR UPDATE SKIP LOCKED` inside a transaction, so
 //! several relays share the table without publishing the same row in the
-//! normal path. Rows are sent in id order, keyed by `aggregate_id` (the order
+//! normal path. A batch takes only the oldest unpublished row of each
+//! aggregate: the next row of that aggregate becomes claimable once this one
+//! is marked, so competing relays cannot reorder one aggregate's events
+//! (SKIP LOCKED alone would let a second relay publish row n+1 while the
+//! first still holds row n). Rows are sent in id order, keyed by `aggregate_id` (the order
 //! id, so one order's events stay in one partition, in order), and marked
 //! published only after every send is acknowledged by all in-sync replicas.
 //! A relay that dies between publish and mark publishes the batch again after
@@ -88,8 +92,12 @@ pub async fn relay_batch(
 ) -> anyhow::Result<usize> {
     let mut tx = pool.begin().await?;
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, aggregate_id, event_type, payload FROM outbox
-         WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+        "SELECT id, aggregate_id, event_type, payload FROM outbox o
+         WHERE published_at IS NULL
+           AND NOT EXISTS (SELECT 1 FROM outbox earlier
+                           WHERE earlier.aggregate_id = o.aggregate_id
+                             AND earlier.published_at IS NULL AND earlier.id < o.id)
+         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(config.batch)
     .fetch_all(&mut *tx)

@@ -109,7 +109,11 @@ async fn kill_9_mid_saga_then_restart_finishes_every_saga_once(pool: PgPool) {
 
     // Kill -9 once some orders are confirmed and others are not.
     loop {
-        let confirmed = count(&pool, "SELECT count(*) FROM orders WHERE status = 'confirmed'").await;
+        let confirmed = count(
+            &pool,
+            "SELECT count(*) FROM orders WHERE status = 'confirmed'",
+        )
+        .await;
         if confirmed >= 10 {
             break;
         }
@@ -127,7 +131,11 @@ async fn kill_9_mid_saga_then_restart_finishes_every_saga_once(pool: PgPool) {
     let mut restarted = spawn(&env).await;
     wait_settled(&pool, Duration::from_secs(90)).await;
     let confirmed = check_orders(&pool, "ev", 60).await;
-    assert_eq!(confirmed.len(), 60, "a healthy provider confirms every order");
+    assert_eq!(
+        confirmed.len(),
+        60,
+        "a healthy provider confirms every order"
+    );
     check_books(&provider, &confirmed);
     restarted.child.kill().unwrap();
     restarted.child.wait().unwrap();
@@ -147,7 +155,8 @@ async fn read_all(topic: &str, expected: usize) -> Vec<(String, String)> {
     let mut seen = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while seen.len() < expected && tokio::time::Instant::now() < deadline {
-        if let Ok(Ok(message)) = tokio::time::timeout(Duration::from_secs(1), consumer.recv()).await {
+        if let Ok(Ok(message)) = tokio::time::timeout(Duration::from_secs(1), consumer.recv()).await
+        {
             let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
             let payload: serde_json::Value =
                 serde_json::from_slice(message.payload().unwrap_or_default()).unwrap();
@@ -182,7 +191,11 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
         .unwrap();
     assert!(!exit.success(), "the relay should have aborted: {exit:?}");
     assert_eq!(
-        count(&pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await,
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+        )
+        .await,
         1,
         "the row must still be unmarked"
     );
@@ -190,7 +203,13 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
     // Second life: the row is published again and marked.
     let mut service = spawn(&env).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while count(&pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await > 0 {
+    while count(
+        &pool,
+        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+    )
+    .await
+        > 0
+    {
         assert!(tokio::time::Instant::now() < deadline, "never re-published");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -209,7 +228,11 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
         group: group.clone(),
         commit_interval_ms: 100,
     };
-    let worker = tokio::spawn(order_service::worker::run(worker, pool.clone(), cancel.clone()));
+    let worker = tokio::spawn(order_service::worker::run(
+        worker,
+        pool.clone(),
+        cancel.clone(),
+    ));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
         let (brokers, group, topic) = (brokers(), group.clone(), topic.clone());
@@ -222,11 +245,17 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
         if done && count(&pool, "SELECT count(*) FROM tickets").await == 3 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "not consumed: {lag:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not consumed: {lag:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 3);
-    assert_eq!(count(&pool, "SELECT count(*) FROM processed_events").await, 1);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM processed_events").await,
+        1
+    );
 
     cancel.cancel();
     worker.await.unwrap().unwrap();

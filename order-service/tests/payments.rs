@@ -66,7 +66,10 @@ async fn the_retry_budget_stops_retries_when_most_calls_fail() {
     let client = PaymentClient::new(config).unwrap();
     for key in 0..50 {
         let outcome = client.charge(&format!("key-{key}"), 100).await;
-        assert!(matches!(outcome, Err(PaymentError::Unknown(_))), "{outcome:?}");
+        assert!(
+            matches!(outcome, Err(PaymentError::Unknown(_))),
+            "{outcome:?}"
+        );
     }
     // Without the budget: 50 × 6 attempts. With it: the calls plus about a fifth.
     let requests = provider.stats().requests;
@@ -124,12 +127,18 @@ async fn the_breaker_opens_under_an_outage_then_half_opens_and_closes() {
     let mut failures = 0;
     while client.circuit_closed() {
         let outcome = client.charge(&format!("down-{failures}"), 100).await;
-        assert!(matches!(outcome, Err(PaymentError::Unknown(_))), "{outcome:?}");
+        assert!(
+            matches!(outcome, Err(PaymentError::Unknown(_))),
+            "{outcome:?}"
+        );
         failures += 1;
         assert!(failures <= 60, "the breaker never opened");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(failures >= 5, "opened before its minimum volume: {failures}");
+    assert!(
+        failures >= 5,
+        "opened before its minimum volume: {failures}"
+    );
 
     // Open: calls fail fast and none reaches the provider.
     let before = provider.stats().requests;
@@ -142,7 +151,11 @@ async fn the_breaker_opens_under_an_outage_then_half_opens_and_closes() {
         );
         assert!(started.elapsed() < Duration::from_millis(50));
     }
-    assert_eq!(provider.stats().requests, before, "calls went through an open breaker");
+    assert_eq!(
+        provider.stats().requests,
+        before,
+        "calls went through an open breaker"
+    );
 
     // Recovery: after the open period one call tests the provider and closes it.
     set_knobs(&url, &Knobs::default()).await;
@@ -170,9 +183,16 @@ async fn a_lost_answer_times_out_and_the_lookup_finds_the_capture() {
     config.payment_attempt_timeout_ms = 200;
     let client = PaymentClient::new(config).unwrap();
     let outcome = client.charge("lost", 100).await;
-    assert!(matches!(outcome, Err(PaymentError::Unknown(_))), "{outcome:?}");
+    assert!(
+        matches!(outcome, Err(PaymentError::Unknown(_))),
+        "{outcome:?}"
+    );
     set_knobs(&url, &Knobs::default()).await;
-    let found = client.lookup("lost").await.unwrap().expect("the charge was applied");
+    let found = client
+        .lookup("lost")
+        .await
+        .unwrap()
+        .expect("the charge was applied");
     assert_eq!(found.status, ChargeStatus::Captured);
     assert_eq!(client.lookup("never").await.unwrap(), None);
     cancel.cancel();

@@ -110,9 +110,9 @@ async fn provider_errors_and_lost_answers_never_charge_twice_nor_strand_a_seat(p
             .await
             .unwrap();
     assert!(
-        failed
-            .iter()
-            .all(|(r,)| ["payment-declined", "hold-expired", "payment-cancelled"].contains(&r.as_str())),
+        failed.iter().all(
+            |(r,)| ["payment-declined", "hold-expired", "payment-cancelled"].contains(&r.as_str())
+        ),
         "{failed:?}"
     );
     assert!(!confirmed.is_empty());
@@ -146,7 +146,9 @@ async fn a_capture_for_an_order_that_failed_meanwhile_is_refunded(pool: PgPool) 
     let http = reqwest::Client::new();
     let captured = http
         .post(format!("{provider_url}/v1/charges"))
-        .json(&serde_json::json!({ "idempotency_key": order_id.to_string(), "amount_cents": 9_000 }))
+        .json(
+            &serde_json::json!({ "idempotency_key": order_id.to_string(), "amount_cents": 9_000 }),
+        )
         .send()
         .await
         .unwrap();
@@ -189,28 +191,68 @@ async fn the_order_shows_its_intermediate_state(pool: PgPool) {
     create_event(&service.http, &service.url, "ev", 10).await;
     let (status, order_id) = place(&service.http, &service.url, "ev", "fan", 1).await;
     assert_eq!(status, 202);
-    let view: serde_json::Value = service
-        .http
-        .get(format!("{}/internal/orders/{order_id}", service.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view = service.order(order_id).await;
     assert_eq!(view["status"], "reserved");
     assert_eq!(view["status_detail"], "seats held — processing payment");
     wait_settled(&pool, Duration::from_secs(30)).await;
-    let view: serde_json::Value = service
-        .http
-        .get(format!("{}/internal/orders/{order_id}", service.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
+    let view = service.order(order_id).await;
+    assert_eq!(view["status"], "confirmed");
+
+    service.stop().await;
+    cancel.cancel();
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_expired_hold_is_released_only_once_the_provider_confirms_nothing_was_taken(
+    pool: PgPool,
+) {
+    let cancel = CancellationToken::new();
+    let down = Knobs {
+        error_rate: 1.0,
+        ..Knobs::default()
+    };
+    let (provider, provider_url) = start_provider(down, &cancel).await;
+    let mut config = config(&prefix(), &provider_url);
+    config.reservation_ttl_s = 1;
+    config.payment.payment_retries = 0;
+    config.payment.payment_breaker_failure_rate = 1.0;
+    let service = OrderService::start(pool.clone(), config).await;
+    create_event(&service.http, &service.url, "ev", 10).await;
+    let (status, order_id) = place(&service.http, &service.url, "ev", "fan", 3).await;
+    assert_eq!(status, 202);
+
+    // The provider is down past the hold: the seats stay held, nothing is decided.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let view = service.order(order_id).await;
+    assert_eq!(view["status"], "reserved", "{view}");
+    let held: i32 = sqlx::query_scalar("SELECT reserved FROM inventory WHERE event_id = 'ev'")
+        .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(view["status"], "confirmed");
+    assert_eq!(held, 3);
+
+    // It comes back: the sweep voids the key, then releases the seats.
+    let response = reqwest::Client::new()
+        .put(format!("{provider_url}/v1/knobs"))
+        .json(&Knobs::default())
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+    wait_settled(&pool, Duration::from_secs(40)).await;
+    let view = service.order(order_id).await;
+    assert_eq!(
+        (view["status"].as_str(), view["failure_reason"].as_str()),
+        (Some("failed"), Some("hold-expired")),
+        "{view}"
+    );
+    let records = provider.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        records[0].charge.status,
+        order_service::payments::ChargeStatus::Voided
+    );
+    check_orders(&pool, "ev", 10).await;
 
     service.stop().await;
     cancel.cancel();

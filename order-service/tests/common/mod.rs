@@ -84,6 +84,18 @@ impl OrderService {
         }
     }
 
+    /// `GET /internal/orders/{id}` as JSON.
+    pub async fn order(&self, order_id: Uuid) -> serde_json::Value {
+        self.http
+            .get(format!("{}/internal/orders/{order_id}", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn stop(self) {
         self.cancel.cancel();
         self.task.await.unwrap().unwrap();
@@ -97,7 +109,11 @@ pub async fn create_event(http: &reqwest::Client, base: &str, event_id: &str, ca
         .send()
         .await
         .unwrap();
-    assert!(response.status().is_success(), "{:?}", response.text().await);
+    assert!(
+        response.status().is_success(),
+        "{:?}",
+        response.text().await
+    );
 }
 
 /// Places one order; returns the HTTP status and the order id.
@@ -175,7 +191,10 @@ pub async fn check_orders(pool: &PgPool, event_id: &str, capacity: i32) -> Vec<U
     .fetch_one(pool)
     .await
     .unwrap();
-    assert_eq!(outbox_mismatch, 0, "orders without exactly their one outbox row");
+    assert_eq!(
+        outbox_mismatch, 0,
+        "orders without exactly their one outbox row"
+    );
     sqlx::query_scalar("SELECT order_id FROM orders WHERE status = 'confirmed' ORDER BY order_id")
         .fetch_all(pool)
         .await
