@@ -4,14 +4,14 @@
 //! The whole stack runs in this process (gateway, order service without its
 //! saga runners, relay and worker, admission) against the real Redis and a
 //! database of its own. `BENCH_PURCHASES` fans (default 1000) are joined and
-//! admitted first; then wrk, a separate process, spends each access token on
-//! one purchase. The CPU of that phase is read from /proc for this process
+//! admitted first; then a client in a separate process (this binary again)
+//! spends each access token on one purchase, 32 at a time. The CPU of that phase is read from /proc for this process
 //! (gateway + order service) and for the Redis and PostgreSQL servers. In
 //! the same run the token operations a purchase performs (verify the access
 //! token, sign the order token) are timed on one thread, and the share is
 //! printed against both totals.
 //!
-//! `cargo bench -p gateway --bench purchase` (needs `wrk`, Redis, PostgreSQL).
+//! `cargo bench -p gateway --bench purchase` (needs Redis and PostgreSQL).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -27,29 +27,35 @@ use sqlx::{ConnectOptions, Connection};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// wrk: one token per request, then stop once every purchase has its answer.
-const SCRIPT: &str = r#"
-local tokens = {}
-for line in io.lines(os.getenv("TOKENS_FILE")) do tokens[#tokens + 1] = line end
-local path = os.getenv("PURCHASE_PATH")
-local sent, answered, accepted = 0, 0, 0
-request = function()
-  sent = sent + 1
-  if sent > #tokens then return wrk.format("GET", "/healthz") end
-  return wrk.format("POST", path, {
-    ["Authorization"] = "Bearer " .. tokens[sent],
-    ["Content-Type"] = "application/json",
-  }, '{"quantity":1}')
-end
-response = function(status, headers, body)
-  answered = answered + 1
-  if status == 202 then accepted = accepted + 1 end
-  if answered >= #tokens then
-    io.stderr:write("accepted " .. accepted .. "\n")
-    wrk.thread:stop()
-  end
-end
-"#;
+/// The client side, run as a second process of this same binary (so its CPU
+/// is not counted): spends each access token on one purchase, 32 at a time,
+/// and prints how many were accepted.
+async fn client(tokens_file: &str, url: &str) {
+    use futures_util::stream::{self, StreamExt};
+    let tokens = std::fs::read_to_string(tokens_file).unwrap();
+    let http = reqwest::Client::new();
+    let statuses: Vec<u16> = stream::iter(tokens.lines())
+        .map(|token| {
+            let http = http.clone();
+            async move {
+                http.post(url)
+                    .bearer_auth(token)
+                    .json(&serde_json::json!({ "quantity": 1 }))
+                    .send()
+                    .await
+                    .map_or(0, |r| r.status().as_u16())
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let accepted = statuses.iter().filter(|s| **s == 202).count();
+    let refused: Vec<&u16> = statuses.iter().filter(|s| **s != 202).collect();
+    println!("accepted {accepted}");
+    if !refused.is_empty() {
+        eprintln!("refused: {refused:?}");
+    }
+}
 
 /// CPU seconds (user + system) of the processes whose command is `comm`,
 /// or of this process for `None`.
@@ -100,6 +106,12 @@ fn time_us(n: u32, mut op: impl FnMut()) -> f64 {
 
 #[tokio::main]
 async fn main() {
+    if let (Ok(tokens), Ok(url)) = (
+        std::env::var("BENCH_CLIENT_TOKENS"),
+        std::env::var("BENCH_CLIENT_URL"),
+    ) {
+        return client(&tokens, &url).await;
+    }
     let purchases: usize = std::env::var("BENCH_PURCHASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -154,42 +166,41 @@ async fn main() {
         access.push(stack.wait_admitted(event, ticket).await);
     }
     let tokens_file = std::env::temp_dir().join(format!("{database}.tokens"));
-    let script_file = std::env::temp_dir().join(format!("{database}.lua"));
     std::fs::File::create(&tokens_file)
         .unwrap()
         .write_all(access.join("\n").as_bytes())
         .unwrap();
-    std::fs::write(&script_file, SCRIPT).unwrap();
 
     let before = cpu_snapshot();
     let started = Instant::now();
-    let output = Command::new("wrk")
-        .args(["-t1", "-c32", "-d60s", "-s"])
-        .arg(&script_file)
-        .arg(&stack.gateway)
-        .env("TOKENS_FILE", &tokens_file)
-        .env("PURCHASE_PATH", format!("/v1/events/{event}/orders"))
+    let output = Command::new(std::env::current_exe().unwrap())
+        .env("BENCH_CLIENT_TOKENS", &tokens_file)
+        .env(
+            "BENCH_CLIENT_URL",
+            format!("{}/v1/events/{event}/orders", stack.gateway),
+        )
         .output()
-        .expect("running wrk (apt-get install wrk)");
+        .expect("running the client process");
     let elapsed = started.elapsed();
     let after = cpu_snapshot();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let accepted: usize = stderr
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let accepted: usize = stdout
         .lines()
         .find_map(|l| l.strip_prefix("accepted "))
-        .unwrap_or_else(|| panic!("wrk did not finish the purchases:\n{stderr}"))
+        .unwrap_or_else(|| panic!("the client failed:\n{}", String::from_utf8_lossy(&output.stderr)))
         .trim()
         .parse()
         .unwrap();
-    let held: i64 = sqlx::query_scalar("SELECT reserved FROM inventory WHERE event_id = $1")
+    let held: i32 = sqlx::query_scalar("SELECT reserved FROM inventory WHERE event_id = $1")
         .bind(event)
         .fetch_one(&stack.pool)
         .await
         .unwrap();
     assert_eq!(
         (accepted, held),
-        (purchases, purchases as i64),
-        "every purchase must be accepted and hold its seat"
+        (purchases, purchases as i32),
+        "every purchase must be accepted and hold its seat: {}",
+        String::from_utf8_lossy(&output.stderr)
     );
 
     // The token work of one purchase, in the same run, with the stack's keys.
@@ -241,7 +252,6 @@ async fn main() {
     );
 
     std::fs::remove_file(&tokens_file).ok();
-    std::fs::remove_file(&script_file).ok();
     stack.stop().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
