@@ -187,7 +187,12 @@ async fn main() {
     let accepted: usize = stdout
         .lines()
         .find_map(|l| l.strip_prefix("accepted "))
-        .unwrap_or_else(|| panic!("the client failed:\n{}", String::from_utf8_lossy(&output.stderr)))
+        .unwrap_or_else(|| {
+            panic!(
+                "the client failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
         .trim()
         .parse()
         .unwrap();

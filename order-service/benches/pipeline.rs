@@ -9,8 +9,8 @@
 //!    transactions) with as many clients as there are saga runners.
 //! 2. Relay events/s: `BENCH_EVENTS` outbox rows (default 20000) published
 //!    by the relay (claim, produce with acks=all, mark) — against a raw
-//!    rdkafka producer with the same settings sending the same payloads in
-//!    batches of the same size to the same broker.
+//!    rdkafka producer with the same settings sending the same payloads and
+//!    headers in batches of the same size to the same broker.
 //!
 //! `cargo bench -p order-service --bench pipeline` (needs Redis, PostgreSQL
 //! with `pgbench`, and the Kafka broker).
@@ -23,6 +23,7 @@ use futures::stream::{self, StreamExt};
 use order_service::payments::provider::{self, Provider};
 use order_service::relay::{self, RelayConfig};
 use order_service::{kafka, AppState, ServeConfig};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -261,6 +262,7 @@ async fn relay_events_per_s(pool: &PgPool, events: usize) {
 
 #[tokio::main]
 async fn main() {
+    boxoffice_contract::telemetry::init();
     let admin: PgConnectOptions = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
         .parse()

@@ -2,17 +2,18 @@
 //!
 //! A batch is claimed with `FOR UPDATE SKIP LOCKED` inside a transaction, so
 //! several relays share the table without publishing the same row in the
-//! normal path. A batch takes only the oldest unpublished row of each
-//! aggregate: the next row of that aggregate becomes claimable once this one
-//! is marked, so competing relays cannot reorder one aggregate's events
-//! (SKIP LOCKED alone would let a second relay publish row n+1 while the
-//! first still holds row n). Rows are sent in id order, keyed by `aggregate_id` (the order
+//! normal path. SKIP LOCKED alone would let a second relay publish an
+//! aggregate's row n+1 while the first still holds row n; so of each
+//! aggregate a batch publishes only the rows before the first unpublished
+//! row it does not hold, and competing relays never reorder one aggregate's
+//! events. Rows are sent in id order, keyed by `aggregate_id` (the order
 //! id, so one order's events stay in one partition, in order), and marked
 //! published only after every send is acknowledged by all in-sync replicas.
 //! A relay that dies between publish and mark publishes the batch again after
 //! restart: delivery is at-least-once and consumers deduplicate on the
 //! CloudEvent id, which was made once when the row was written.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::try_join_all;
@@ -90,18 +91,16 @@ pub async fn relay_batch(
     producer: &FutureProducer,
     config: &RelayConfig,
 ) -> anyhow::Result<usize> {
+    let started = std::time::Instant::now();
     let mut tx = pool.begin().await?;
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, aggregate_id, event_type, payload FROM outbox o
-         WHERE published_at IS NULL
-           AND NOT EXISTS (SELECT 1 FROM outbox earlier
-                           WHERE earlier.aggregate_id = o.aggregate_id
-                             AND earlier.published_at IS NULL AND earlier.id < o.id)
-         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+        "SELECT id, aggregate_id, event_type, payload FROM outbox
+         WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(config.batch)
     .fetch_all(&mut *tx)
     .await?;
+    let rows = in_order_per_aggregate(&mut tx, rows).await?;
     if rows.is_empty() {
         return Ok(0);
     }
@@ -127,7 +126,9 @@ pub async fn relay_batch(
         let send = producer.send(record, Duration::from_secs(30));
         async move { send.await.map_err(|(error, _)| error) }
     });
+    let claimed = started.elapsed();
     try_join_all(sends).await?;
+    let published = started.elapsed();
     if config.crash_after_publish {
         tracing::error!("crash_after_publish: aborting between publish and mark");
         std::process::abort();
@@ -138,8 +139,53 @@ pub async fn relay_batch(
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    tracing::debug!(count = ids.len(), first = ids[0], "outbox batch published");
+    tracing::debug!(
+        count = ids.len(),
+        first = ids[0],
+        ?claimed,
+        ?published,
+        marked = ?started.elapsed(),
+        "outbox batch published"
+    );
     Ok(ids.len())
+}
+
+/// Drops the claimed rows that would overtake an earlier unpublished row of
+/// their aggregate held by another relay: of each aggregate, only the rows
+/// before the first one this batch does not hold are kept (they stay locked
+/// until the batch ends, then the next claim takes them in order).
+async fn in_order_per_aggregate(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    mut rows: Vec<Row>,
+) -> sqlx::Result<Vec<Row>> {
+    if rows.is_empty() {
+        return Ok(rows);
+    }
+    let mut aggregates: Vec<&str> = rows.iter().map(|r| r.aggregate_id.as_str()).collect();
+    aggregates.sort_unstable();
+    aggregates.dedup();
+    let unpublished: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT aggregate_id, id FROM outbox
+         WHERE published_at IS NULL AND aggregate_id = ANY($1) ORDER BY aggregate_id, id",
+    )
+    .bind(&aggregates)
+    .fetch_all(&mut **tx)
+    .await?;
+    let claimed: HashSet<i64> = rows.iter().map(|r| r.id).collect();
+    let mut keep = HashSet::new();
+    let mut blocked = HashSet::new();
+    for (aggregate, id) in &unpublished {
+        if blocked.contains(aggregate) {
+            continue;
+        }
+        if claimed.contains(id) {
+            keep.insert(*id);
+        } else {
+            blocked.insert(aggregate.clone());
+        }
+    }
+    rows.retain(|r| keep.contains(&r.id));
+    Ok(rows)
 }
 
 async fn delete_published(pool: &PgPool, retention: Duration) -> sqlx::Result<u64> {
