@@ -22,6 +22,8 @@ pub enum Command {
     Worker(WorkerConfig),
     /// The fake payment provider, with fault knobs (for tests and demos).
     PaymentProvider(crate::payments::provider::ProviderConfig),
+    /// Sends dead-lettered messages back to their topic (safe: consumers are idempotent).
+    Redrive(RedriveConfig),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -89,9 +91,32 @@ impl ServeConfig {
     }
 }
 
+/// How many messages a worker process handles at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Workers {
+    Fixed(usize),
+    /// ceil(λ × S / utilization), S measured as it goes.
+    Auto,
+}
+
+impl std::str::FromStr for Workers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            n => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(Self::Fixed(n)),
+                _ => Err(format!(
+                    "expected a number of workers ≥ 1 or `auto`, got {n:?}"
+                )),
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct WorkerConfig {
-    /// Address of the health endpoint.
+    /// Address of the health and metrics endpoint.
     #[arg(long, env = "WORKER_LISTEN", default_value = "127.0.0.1:8083")]
     pub listen: String,
     #[arg(
@@ -104,10 +129,81 @@ pub struct WorkerConfig {
     pub kafka_brokers: String,
     #[arg(long, env = "BOXOFFICE_ORDER_TOPIC", default_value = "order-events")]
     pub topic: String,
+    /// Dead letters go here (default: the topic with `.dlq` appended).
+    #[arg(long, env = "BOXOFFICE_DLQ_TOPIC")]
+    pub dlq_topic: Option<String>,
     /// Consumer group; also the `consumer` column of `processed_events`.
     #[arg(long, env = "BOXOFFICE_WORKER_GROUP", default_value = "ticket-issuer")]
     pub group: String,
-    /// Stored offsets are committed this often, and once more at shutdown.
+    /// Offsets that are done are committed this often, and at shutdown and rebalance.
     #[arg(long, env = "BOXOFFICE_COMMIT_INTERVAL_MS", default_value_t = 500)]
     pub commit_interval_ms: u64,
+    /// Messages handled at once: a number, or `auto` = ceil(λ × S / utilization).
+    #[arg(long, env = "BOXOFFICE_WORKERS", default_value = "8")]
+    pub workers: Workers,
+    /// λ for `--workers auto`: expected messages per second.
+    #[arg(long, env = "BOXOFFICE_ARRIVAL_RATE", default_value_t = 50.0)]
+    pub arrival_rate: f64,
+    /// Target utilization for `--workers auto`.
+    #[arg(long, env = "BOXOFFICE_UTILIZATION", default_value_t = 0.7)]
+    pub utilization: f64,
+    /// S before anything is measured, for `--workers auto`.
+    #[arg(long, env = "BOXOFFICE_SERVICE_TIME_MS", default_value_t = 20.0)]
+    pub service_time_ms: f64,
+    /// Largest pool `--workers auto` may pick.
+    #[arg(long, env = "BOXOFFICE_MAX_WORKERS", default_value_t = 64)]
+    pub max_workers: usize,
+    /// Simulated extra service time per message (demos of Little's law, tests).
+    #[arg(long, env = "BOXOFFICE_EXTRA_SERVICE_MS", default_value_t = 0)]
+    pub extra_service_ms: u64,
+    /// First retry wait of a transient failure; each next one is 4× (1 s, 4 s, 16 s).
+    #[arg(long, env = "BOXOFFICE_RETRY_BACKOFF_MS", default_value_t = 1_000)]
+    pub retry_backoff_ms: u64,
+    /// Retries of a transient failure before the message is dead-lettered.
+    #[arg(long, env = "BOXOFFICE_RETRIES", default_value_t = 3)]
+    pub retries: u32,
+    /// On SIGTERM, how long in-flight messages may take to finish (keep it
+    /// below the orchestrator's grace period, 30 s in k8s/).
+    #[arg(long, env = "BOXOFFICE_DRAIN_TIMEOUT_MS", default_value_t = 20_000)]
+    pub drain_timeout_ms: u64,
+    /// Messages fetched ahead and waiting behind a busy key, at most.
+    #[arg(long, env = "BOXOFFICE_MAX_BUFFERED", default_value_t = 1_000)]
+    pub max_buffered: usize,
+}
+
+impl WorkerConfig {
+    /// The command line's defaults (tests change what they need).
+    pub fn defaults() -> Self {
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            config: WorkerConfig,
+        }
+        Wrapper::parse_from(["worker"]).config
+    }
+
+    pub fn dlq_topic(&self) -> String {
+        self.dlq_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}.dlq", self.topic))
+    }
+}
+
+/// `order-service redrive`: sends dead letters back to the topic they came from.
+#[derive(Debug, Clone, Args)]
+pub struct RedriveConfig {
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+    /// The dead-letter topic to read.
+    #[arg(long, default_value = "order-events.dlq")]
+    pub from: String,
+    /// Where to send them (default: each message's `x-dlq-original-topic`).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Consumer group that remembers what was redriven.
+    #[arg(long, default_value = "dlq-redrive")]
+    pub group: String,
+    /// Stop after this many messages (default: all there are now).
+    #[arg(long)]
+    pub max: Option<usize>,
 }

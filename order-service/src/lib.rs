@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use config::{Cli, Command, ServeConfig, WorkerConfig};
+pub use config::{Cli, Command, RedriveConfig, ServeConfig, WorkerConfig, Workers};
 
 /// The schema, embedded so every binary and test migrates the same way.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();

@@ -40,7 +40,13 @@ async fn main() -> anyhow::Result<()> {
                     .await
             });
             tracing::info!(topic = %config.topic, group = %config.group, listen = %config.listen, "ticket worker starting");
-            order_service::worker::run(config, pool, cancel).await
+            order_service::worker::run(config, pool, cancel).await?;
+            Ok(())
+        }
+        Command::Redrive(config) => {
+            let sent = order_service::worker::dlq::redrive(&config).await?;
+            println!("redriven: {sent}");
+            Ok(())
         }
         Command::PaymentProvider(config) => {
             let listener = tokio::net::TcpListener::bind(&config.listen)

@@ -220,13 +220,13 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
 
     // The consumer absorbs the duplicate: one ticket set.
     let group = format!("ticket-issuer-{prefix}");
-    let worker = order_service::WorkerConfig {
-        listen: String::new(),
-        database_url: String::new(),
-        kafka_brokers: brokers(),
-        topic: topic.clone(),
-        group: group.clone(),
-        commit_interval_ms: 100,
+    let worker = {
+        let mut c = order_service::WorkerConfig::defaults();
+        c.kafka_brokers = brokers();
+        c.topic = topic.clone();
+        c.group = group.clone();
+        c.commit_interval_ms = 100;
+        c
     };
     let worker = tokio::spawn(order_service::worker::run(
         worker,
@@ -258,7 +258,8 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
     );
 
     cancel.cancel();
-    worker.await.unwrap().unwrap();
+    let stats = worker.await.unwrap().unwrap();
+    assert_eq!((stats.issued, stats.duplicates), (1, 1), "{stats:?}");
     service.child.kill().unwrap();
     service.child.wait().unwrap();
 }

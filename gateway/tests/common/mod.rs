@@ -111,20 +111,21 @@ impl Stack {
             async move { stop.cancelled().await },
         )));
 
-        let worker_config = order_service::WorkerConfig {
-            listen: String::new(),
-            database_url: String::new(),
-            kafka_brokers: brokers(),
-            topic: topic.clone(),
-            group: format!("ticket-issuer-{id}"),
-            commit_interval_ms: 200,
+        let worker_config = {
+            let mut c = order_service::WorkerConfig::defaults();
+            c.kafka_brokers = brokers();
+            c.topic = topic.clone();
+            c.group = format!("ticket-issuer-{id}");
+            c.commit_interval_ms = 200;
+            c
         };
         if pipeline {
-            tasks.push(tokio::spawn(order_service::worker::run(
-                worker_config,
-                pool.clone(),
-                cancel.clone(),
-            )));
+            let (pool, cancel) = (pool.clone(), cancel.clone());
+            tasks.push(tokio::spawn(async move {
+                order_service::worker::run(worker_config, pool, cancel)
+                    .await
+                    .map(drop)
+            }));
         }
 
         let (admission_listener, admission) = listener().await;

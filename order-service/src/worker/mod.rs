@@ -1,0 +1,123 @@
+//! The `ticket-issuer` consumer: turns each `OrderConfirmed` into one ticket set.
+//!
+//! At-least-once in, exactly-once in effect: the `processed_events` row and
+//! the tickets are written in one transaction, so a redelivered event finds
+//! its row and is skipped; an offset is committed only once it and every
+//! offset before it in its partition are durable.
+//!
+//! - [`pool`]: the worker pool: parallel across keys, sequential within a
+//!   key, watermark commits, retries, dead letters, drain on shutdown.
+//! - [`dlq`]: dead-letter publishing and the `redrive` command.
+
+pub mod dlq;
+pub mod pool;
+
+use boxoffice_contract::envelope::{CloudEvent, OrderConfirmed, ORDER_CONFIRMED_V1};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+pub use pool::{run, WorkerStats};
+
+#[derive(Debug, thiserror::Error)]
+pub enum HandleError {
+    /// Retrying cannot help: the message is malformed or of an unknown type.
+    #[error("fatal: {0}")]
+    Fatal(String),
+    /// The database was unreachable or busy; retrying may help.
+    #[error("transient: {0}")]
+    Transient(sqlx::Error),
+}
+
+impl From<sqlx::Error> for HandleError {
+    /// A constraint violation will fail the same way every time: fatal, so
+    /// the message cannot stall its partition. Anything else may pass later.
+    fn from(error: sqlx::Error) -> Self {
+        let constraint = error
+            .as_database_error()
+            .and_then(|e| e.code())
+            .is_some_and(|code| code.starts_with("23"));
+        if constraint {
+            Self::Fatal(format!("constraint violated: {error}"))
+        } else {
+            Self::Transient(error)
+        }
+    }
+}
+
+/// What handling one event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Issued,
+    Duplicate,
+}
+
+/// `/healthz`, `/readyz` (ready while Postgres answers) and `/metrics` of a worker process.
+pub fn health_router(pool: PgPool) -> axum::Router {
+    use axum::response::IntoResponse;
+    axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            axum::routing::get(boxoffice_contract::telemetry::metrics_endpoint),
+        )
+        .route(
+            "/readyz",
+            axum::routing::get(move || async move {
+                match sqlx::query("SELECT 1").execute(&pool).await {
+                    Ok(_) => "ready".into_response(),
+                    Err(_) => boxoffice_contract::Problem::unavailable(
+                        "not-ready",
+                        "postgres is unreachable",
+                        1,
+                    )
+                    .into_response(),
+                }
+            }),
+        )
+}
+
+/// Applies one event: the dedup row and the tickets in one transaction.
+pub async fn handle(
+    pool: &PgPool,
+    consumer_name: &str,
+    payload: &[u8],
+) -> Result<Outcome, HandleError> {
+    let envelope: CloudEvent<serde_json::Value> = serde_json::from_slice(payload)
+        .map_err(|e| HandleError::Fatal(format!("not a CloudEvent: {e}")))?;
+    if envelope.kind != ORDER_CONFIRMED_V1 {
+        return Err(HandleError::Fatal(format!(
+            "unknown event type {}",
+            envelope.kind
+        )));
+    }
+    let data: OrderConfirmed = serde_json::from_value(envelope.data)
+        .map_err(|e| HandleError::Fatal(format!("bad {ORDER_CONFIRMED_V1} data: {e}")))?;
+    let mut tx = pool.begin().await?;
+    let fresh = sqlx::query(
+        "INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    )
+    .bind(consumer_name)
+    .bind(envelope.id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if !fresh {
+        return Ok(Outcome::Duplicate);
+    }
+    for seat in data.first_seat..data.first_seat + data.quantity {
+        sqlx::query(
+            "INSERT INTO tickets (ticket_id, order_id, event_id, seat_no, code) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(data.order_id)
+        .bind(&data.event_id)
+        .bind(seat)
+        .bind(Uuid::new_v4().simple().to_string())
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    tracing::info!(order_id = %data.order_id, seats = data.quantity, "tickets issued");
+    Ok(Outcome::Issued)
+}

@@ -1,0 +1,595 @@
+//! The worker pool of one `ticket-issuer` process.
+//!
+//! One dispatcher fetches; handlers run as tasks, at most `workers` at once.
+//! A message whose key is already being handled waits behind it, so one key's
+//! events run one at a time and in offset order, while different keys use the
+//! whole pool. Offsets are tracked per partition from receipt to effect; the
+//! offset committed is the lowest one not yet done (everything below it is
+//! durable), every `commit_interval`, on a rebalance before partitions are
+//! revoked, and at shutdown.
+//!
+//! Failures: transient ones (the database) are retried after 1 s, 4 s, 16 s
+//! (`retry_backoff_ms` × 4ⁿ); a fatal one (undecodable, unknown type, schema
+//! violation) or exhausted retries send the message to the dead-letter topic
+//! with its reason, then it counts as done: the partition never stalls.
+//!
+//! Shutdown (cancel, i.e. SIGTERM/SIGINT): fetching stops, in-flight handlers
+//! get `drain_timeout` to finish, done offsets are committed, and the
+//! function returns. What did not finish is not committed and will be
+//! redelivered (the effect is idempotent).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::producer::FutureProducer;
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use sqlx::PgPool;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::dlq::{self, ErrorClass};
+use super::{handle, HandleError, Outcome};
+use crate::{WorkerConfig, Workers};
+
+/// What a run did, for tests and the log line at exit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Events that took effect here.
+    pub issued: u64,
+    /// Events found already processed (redeliveries, duplicates).
+    pub duplicates: u64,
+    pub dead_lettered: u64,
+    /// Most handlers running at once.
+    pub max_in_flight: usize,
+    /// Pool size at the end (`--workers auto` changes it as S is measured).
+    pub pool_size: usize,
+    /// Handlers still running when the drain timeout ran out.
+    pub abandoned: usize,
+}
+
+/// ceil(λ × S / utilization), at least 1 and at most `max`.
+pub fn auto_size(arrival_rate: f64, service_time_s: f64, utilization: f64, max: usize) -> usize {
+    let size = boxoffice_contract::capacity::workers_for(arrival_rate, service_time_s, utilization);
+    (size as usize).clamp(1, max.max(1))
+}
+
+type TopicPartition = (String, i32);
+
+/// Receipt-to-effect bookkeeping of every partition this process holds.
+#[derive(Default)]
+struct Offsets {
+    partitions: HashMap<TopicPartition, Partition>,
+}
+
+#[derive(Default)]
+struct Partition {
+    /// Received and not yet done, with when they were received.
+    pending: BTreeMap<i64, Instant>,
+    /// Handlers running now.
+    in_flight: usize,
+    /// One past the highest offset received.
+    next: i64,
+    /// The last offset committed.
+    committed: i64,
+}
+
+impl Partition {
+    /// Everything below this offset is done.
+    fn watermark(&self) -> i64 {
+        self.pending.keys().next().copied().unwrap_or(self.next)
+    }
+}
+
+impl Offsets {
+    fn received(&mut self, tp: TopicPartition, offset: i64) {
+        let partition = self.partitions.entry(tp).or_default();
+        if partition.pending.is_empty() && partition.next == 0 {
+            partition.committed = offset;
+        }
+        partition.pending.insert(offset, Instant::now());
+        partition.next = partition.next.max(offset + 1);
+    }
+
+    fn done(&mut self, tp: &TopicPartition, offset: i64) {
+        if let Some(partition) = self.partitions.get_mut(tp) {
+            partition.pending.remove(&offset);
+        }
+    }
+
+    /// Offsets to commit (of `only`, or of all partitions), marked as committed.
+    fn take_committable(&mut self, only: Option<&[TopicPartition]>) -> TopicPartitionList {
+        let mut list = TopicPartitionList::new();
+        for (tp, partition) in &mut self.partitions {
+            if only.is_some_and(|only| !only.contains(tp)) {
+                continue;
+            }
+            let watermark = partition.watermark();
+            if watermark > partition.committed {
+                if list
+                    .add_partition_offset(&tp.0, tp.1, Offset::Offset(watermark))
+                    .is_ok()
+                {
+                    partition.committed = watermark;
+                }
+            }
+        }
+        list
+    }
+
+    fn oldest_pending(&self) -> Option<Instant> {
+        self.partitions
+            .values()
+            .filter_map(|p| p.pending.values().min().copied())
+            .min()
+    }
+}
+
+/// What the dispatcher and the rebalance callback share.
+struct Shared {
+    offsets: Mutex<Offsets>,
+    /// Signalled whenever a handler finishes.
+    finished: Condvar,
+    drain_timeout: Duration,
+    /// Partitions revoked since the dispatcher last looked.
+    revoked: Mutex<HashSet<TopicPartition>>,
+}
+
+struct PoolContext {
+    shared: Arc<Shared>,
+}
+
+impl ClientContext for PoolContext {}
+
+impl ConsumerContext for PoolContext {
+    /// Before partitions go to another member: let their in-flight handlers
+    /// finish (within the drain timeout), then commit what is done.
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(list) = rebalance else {
+            return;
+        };
+        let revoked: Vec<TopicPartition> = list
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect();
+        let shared = &self.shared;
+        let wait = || {
+            let offsets = shared.offsets.lock().expect("offsets lock");
+            let (offsets, timeout) = shared
+                .finished
+                .wait_timeout_while(offsets, shared.drain_timeout, |o| {
+                    revoked
+                        .iter()
+                        .any(|tp| o.partitions.get(tp).is_some_and(|p| p.in_flight > 0))
+                })
+                .expect("offsets lock");
+            if timeout.timed_out() {
+                tracing::error!(
+                    ?revoked,
+                    "rebalance drain timed out; unfinished messages will be redelivered"
+                );
+            }
+            drop(offsets);
+        };
+        // Waiting blocks this thread; handlers must be able to run meanwhile.
+        if tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        {
+            tokio::task::block_in_place(wait);
+        } else {
+            tracing::warn!("single-threaded runtime: committing at rebalance without draining");
+        }
+        let mut offsets = shared.offsets.lock().expect("offsets lock");
+        let commit = offsets.take_committable(Some(&revoked));
+        for tp in &revoked {
+            offsets.partitions.remove(tp);
+        }
+        drop(offsets);
+        if commit.count() > 0 {
+            if let Err(error) = consumer.commit(&commit, CommitMode::Sync) {
+                tracing::warn!(%error, "commit before revocation failed");
+            }
+        }
+        shared
+            .revoked
+            .lock()
+            .expect("revoked lock")
+            .extend(revoked.iter().cloned());
+        tracing::info!(?revoked, "partitions revoked after draining");
+    }
+}
+
+/// What a handler needs, cheap to clone into each task.
+#[derive(Clone)]
+struct Handler {
+    pool: PgPool,
+    producer: FutureProducer,
+    group: String,
+    dlq_topic: String,
+    extra_service: Duration,
+    retry_backoff: Duration,
+    retries: u32,
+    cancel: CancellationToken,
+}
+
+/// How one message ended.
+enum Ended {
+    Effect(Outcome),
+    DeadLettered,
+    /// Cancelled mid-retry: not done, not to be committed.
+    Abandoned,
+}
+
+impl Handler {
+    async fn run(&self, message: &OwnedMessage) -> Ended {
+        let span = tracing::info_span!(
+            "message",
+            topic = message.topic(),
+            partition = message.partition(),
+            offset = message.offset()
+        );
+        let _guard = span.enter();
+        let payload = message.payload().unwrap_or_default();
+        let mut retry = 0;
+        loop {
+            if !self.extra_service.is_zero() {
+                tokio::time::sleep(self.extra_service).await;
+            }
+            let (reason, class) = match handle(&self.pool, &self.group, payload).await {
+                Ok(outcome) => return Ended::Effect(outcome),
+                Err(HandleError::Fatal(reason)) => (reason, ErrorClass::Fatal),
+                Err(HandleError::Transient(error)) if retry < self.retries => {
+                    let wait = self.retry_backoff * 4u32.pow(retry);
+                    retry += 1;
+                    tracing::warn!(%error, retry, ?wait, "transient failure; retrying");
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return Ended::Abandoned,
+                        () = tokio::time::sleep(wait) => continue,
+                    }
+                }
+                Err(HandleError::Transient(error)) => (
+                    format!("{error} (after {retry} retries)"),
+                    ErrorClass::Exhausted,
+                ),
+            };
+            tracing::error!(%reason, class = class.as_str(), "dead-lettering the message");
+            // The partition must not stall, but the letter must not be lost:
+            // keep trying the DLQ until it has it (or we are told to stop).
+            loop {
+                match dlq::publish(&self.producer, &self.dlq_topic, message, &reason, class).await {
+                    Ok(()) => return Ended::DeadLettered,
+                    Err(error) => tracing::error!(%error, "cannot reach the DLQ; retrying"),
+                }
+                tokio::select! {
+                    () = self.cancel.cancelled() => return Ended::Abandoned,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+}
+
+fn key_of(message: &OwnedMessage) -> Vec<u8> {
+    match message.key() {
+        Some(key) => key.to_vec(),
+        // Unkeyed messages have no order to keep: each is its own key.
+        None => format!("\0{}/{}", message.partition(), message.offset()).into_bytes(),
+    }
+}
+
+/// Consumes until `cancel`, then drains and commits. Returns what it did.
+pub async fn run(
+    config: WorkerConfig,
+    pool: PgPool,
+    cancel: CancellationToken,
+) -> anyhow::Result<WorkerStats> {
+    boxoffice_contract::telemetry::prometheus();
+    let dlq_topic = config.dlq_topic();
+    crate::kafka::ensure_topics(&config.kafka_brokers, &[&dlq_topic], 1).await?;
+    let shared = Arc::new(Shared {
+        offsets: Mutex::default(),
+        finished: Condvar::new(),
+        drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+        revoked: Mutex::default(),
+    });
+    let consumer: StreamConsumer<PoolContext> = ClientConfig::new()
+        .set("bootstrap.servers", &config.kafka_brokers)
+        .set("group.id", &config.group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "10000")
+        .create_with_context(PoolContext {
+            shared: shared.clone(),
+        })
+        .context("creating the Kafka consumer")?;
+    consumer
+        .subscribe(&[&config.topic])
+        .context("subscribing to the order topic")?;
+    let handler = Handler {
+        pool,
+        producer: crate::kafka::producer(&config.kafka_brokers)?,
+        group: config.group.clone(),
+        dlq_topic,
+        extra_service: Duration::from_millis(config.extra_service_ms),
+        retry_backoff: Duration::from_millis(config.retry_backoff_ms),
+        retries: config.retries,
+        cancel: cancel.clone(),
+    };
+    let lag = tokio::spawn(report_lag(config.clone(), cancel.clone()));
+
+    let mut size = match config.workers {
+        Workers::Fixed(n) => n,
+        Workers::Auto => auto_size(
+            config.arrival_rate,
+            config.service_time_ms / 1000.0,
+            config.utilization,
+            config.max_workers,
+        ),
+    };
+    metrics::gauge!("boxoffice_worker_pool_size").set(size as f64);
+    tracing::info!(size, workers = ?config.workers, "worker pool starting");
+    let mut service_time_s = config.service_time_ms / 1000.0;
+    let mut stats = WorkerStats::default();
+    let mut running: JoinSet<(Vec<u8>, TopicPartition, i64, Ended, Duration)> = JoinSet::new();
+    let mut busy: HashMap<Vec<u8>, VecDeque<OwnedMessage>> = HashMap::new();
+    let mut buffered = 0usize;
+    let mut commit_tick =
+        tokio::time::interval(Duration::from_millis(config.commit_interval_ms.max(10)));
+
+    let spawn = |running: &mut JoinSet<_>, message: OwnedMessage, shared: &Shared| {
+        let tp = (message.topic().to_owned(), message.partition());
+        if let Some(p) = shared
+            .offsets
+            .lock()
+            .expect("offsets lock")
+            .partitions
+            .get_mut(&tp)
+        {
+            p.in_flight += 1;
+        }
+        let handler = handler.clone();
+        running.spawn(async move {
+            let started = Instant::now();
+            let ended = handler.run(&message).await;
+            (
+                key_of(&message),
+                tp,
+                message.offset(),
+                ended,
+                started.elapsed(),
+            )
+        });
+    };
+
+    loop {
+        let can_fetch = running.len() < size && buffered < config.max_buffered;
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = commit_tick.tick() => {
+                commit(&consumer, &shared, CommitMode::Async);
+                if let Some(oldest) = shared.offsets.lock().expect("offsets lock").oldest_pending() {
+                    metrics::gauge!("boxoffice_consumer_oldest_unprocessed_age_seconds").set(oldest.elapsed().as_secs_f64());
+                } else {
+                    metrics::gauge!("boxoffice_consumer_oldest_unprocessed_age_seconds").set(0.0);
+                }
+                if config.workers == Workers::Auto {
+                    let next = auto_size(config.arrival_rate, service_time_s, config.utilization, config.max_workers);
+                    if next != size {
+                        tracing::info!(from = size, to = next, service_time_s, "resizing the pool");
+                        size = next;
+                        metrics::gauge!("boxoffice_worker_pool_size").set(size as f64);
+                    }
+                }
+            }
+            Some(joined) = running.join_next() => {
+                let Ok((key, tp, offset, ended, took)) = joined else { continue };
+                // A moving average of S (service time), for sizing and for ops.
+                service_time_s = 0.9 * service_time_s + 0.1 * took.as_secs_f64();
+                metrics::gauge!("boxoffice_worker_service_time_seconds").set(service_time_s);
+                match ended {
+                    Ended::Effect(Outcome::Issued) => stats.issued += 1,
+                    Ended::Effect(Outcome::Duplicate) => stats.duplicates += 1,
+                    Ended::DeadLettered => stats.dead_lettered += 1,
+                    Ended::Abandoned => {}
+                }
+                {
+                    let mut offsets = shared.offsets.lock().expect("offsets lock");
+                    if let Some(p) = offsets.partitions.get_mut(&tp) {
+                        p.in_flight = p.in_flight.saturating_sub(1);
+                    }
+                    if !matches!(ended, Ended::Abandoned) {
+                        offsets.done(&tp, offset);
+                    }
+                }
+                shared.finished.notify_all();
+                // The next message of the same key, unless its partition was revoked.
+                let revoked = std::mem::take(&mut *shared.revoked.lock().expect("revoked lock"));
+                let mut next = None;
+                if let Some(queue) = busy.get_mut(&key) {
+                    while let Some(message) = queue.pop_front() {
+                        buffered -= 1;
+                        if !revoked.contains(&(message.topic().to_owned(), message.partition())) {
+                            next = Some(message);
+                            break;
+                        }
+                    }
+                }
+                match next {
+                    Some(message) => spawn(&mut running, message, &shared),
+                    None => { busy.remove(&key); }
+                }
+                if !revoked.is_empty() {
+                    for queue in busy.values_mut() {
+                        let before = queue.len();
+                        queue.retain(|m| !revoked.contains(&(m.topic().to_owned(), m.partition())));
+                        buffered -= before - queue.len();
+                    }
+                }
+            }
+            received = consumer.recv(), if can_fetch => match received {
+                Ok(message) => {
+                    let message = message.detach();
+                    let tp = (message.topic().to_owned(), message.partition());
+                    shared.offsets.lock().expect("offsets lock").received(tp, message.offset());
+                    let key = key_of(&message);
+                    match busy.get_mut(&key) {
+                        Some(queue) => {
+                            queue.push_back(message);
+                            buffered += 1;
+                        }
+                        None => {
+                            busy.insert(key, VecDeque::new());
+                            spawn(&mut running, message, &shared);
+                        }
+                    }
+                    stats.max_in_flight = stats.max_in_flight.max(running.len());
+                    metrics::gauge!("boxoffice_worker_in_flight").set(running.len() as f64);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "consumer error");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            },
+        }
+        metrics::gauge!("boxoffice_worker_in_flight").set(running.len() as f64);
+    }
+
+    // Drain: no more fetching; in-flight handlers get the drain timeout.
+    let in_flight = running.len();
+    tracing::info!(in_flight, buffered, "draining");
+    let deadline = tokio::time::Instant::now() + shared.drain_timeout;
+    while !running.is_empty() {
+        match tokio::time::timeout_at(deadline, running.join_next()).await {
+            Ok(Some(Ok((_, tp, offset, ended, _)))) => {
+                match ended {
+                    Ended::Effect(Outcome::Issued) => stats.issued += 1,
+                    Ended::Effect(Outcome::Duplicate) => stats.duplicates += 1,
+                    Ended::DeadLettered => stats.dead_lettered += 1,
+                    Ended::Abandoned => continue,
+                }
+                shared
+                    .offsets
+                    .lock()
+                    .expect("offsets lock")
+                    .done(&tp, offset);
+            }
+            Ok(Some(Err(_))) => {}
+            Ok(None) => break,
+            Err(_) => {
+                stats.abandoned = running.len();
+                tracing::error!(
+                    abandoned = stats.abandoned,
+                    drain_timeout = ?shared.drain_timeout,
+                    "DRAIN TIMEOUT: in-flight messages abandoned uncommitted; they will be redelivered"
+                );
+                running.abort_all();
+                break;
+            }
+        }
+    }
+    commit(&consumer, &shared, CommitMode::Sync);
+    lag.abort();
+    stats.pool_size = size;
+    tracing::info!(?stats, "ticket worker stopped");
+    Ok(stats)
+}
+
+fn commit(consumer: &StreamConsumer<PoolContext>, shared: &Shared, mode: CommitMode) {
+    let list = shared
+        .offsets
+        .lock()
+        .expect("offsets lock")
+        .take_committable(None);
+    if list.count() == 0 {
+        return;
+    }
+    if let Err(error) = consumer.commit(&list, mode) {
+        tracing::warn!(%error, "offset commit failed; will retry");
+        // Let the next tick try again from the same watermarks.
+        let mut offsets = shared.offsets.lock().expect("offsets lock");
+        for element in list.elements() {
+            if let Some(p) = offsets
+                .partitions
+                .get_mut(&(element.topic().to_owned(), element.partition()))
+            {
+                p.committed = p.committed.min(element.offset().to_raw().unwrap_or(0) - 1);
+            }
+        }
+    }
+}
+
+/// Exports `boxoffice_consumer_lag{topic,partition}` (high watermark −
+/// committed) every 5 s.
+async fn report_lag(config: WorkerConfig, cancel: CancellationToken) {
+    while !cancel.is_cancelled() {
+        let (brokers, group, topic) = (
+            config.kafka_brokers.clone(),
+            config.group.clone(),
+            config.topic.clone(),
+        );
+        let lag = tokio::task::spawn_blocking(move || {
+            crate::health::partition_lag(&brokers, &group, &topic, Duration::from_secs(2))
+        })
+        .await;
+        if let Ok(Ok(partitions)) = lag {
+            for (partition, lag) in partitions {
+                metrics::gauge!("boxoffice_consumer_lag", "topic" => config.topic.clone(), "partition" => partition.to_string())
+                    .set(lag as f64);
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp() -> TopicPartition {
+        ("t".into(), 0)
+    }
+
+    #[test]
+    fn the_watermark_stops_at_the_lowest_offset_not_done() {
+        let mut offsets = Offsets::default();
+        for offset in 10..15 {
+            offsets.received(tp(), offset);
+        }
+        offsets.done(&tp(), 11);
+        offsets.done(&tp(), 12);
+        assert_eq!(offsets.take_committable(None).count(), 0, "10 is not done");
+        offsets.done(&tp(), 10);
+        let list = offsets.take_committable(None);
+        assert_eq!(
+            list.find_partition("t", 0).unwrap().offset(),
+            Offset::Offset(13)
+        );
+        offsets.done(&tp(), 14);
+        offsets.done(&tp(), 13);
+        let list = offsets.take_committable(None);
+        assert_eq!(
+            list.find_partition("t", 0).unwrap().offset(),
+            Offset::Offset(15)
+        );
+        assert_eq!(offsets.take_committable(None).count(), 0, "nothing new");
+    }
+
+    #[test]
+    fn auto_size_is_littles_law_over_utilization() {
+        // λ = 100/s, S = 50 ms: 5 busy workers; at 70 % utilization, 8.
+        assert_eq!(auto_size(100.0, 0.05, 0.7, 64), 8);
+        assert_eq!(auto_size(100.0, 0.05, 1.0, 64), 5);
+        assert_eq!(auto_size(10_000.0, 1.0, 0.7, 64), 64, "capped");
+        assert_eq!(auto_size(0.0, 0.05, 0.7, 64), 1, "at least one");
+    }
+}
