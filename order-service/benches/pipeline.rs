@@ -4,9 +4,10 @@
 //! 1. Confirmed orders/s: `BENCH_ORDERS` orders (default 2000) placed over
 //!    HTTP (32 at a time) and driven by the saga runners through the fake
 //!    payment provider (HTTP, no faults) to `confirmed` with their outbox
-//!    rows — against `pgbench` running the same SQL a purchase writes (hold
-//!    + order; charged + payment; sold + confirmed + outbox row: three
-//!    transactions) with as many clients as there are saga runners.
+//!    rows — against `pgbench` running the same SQL a purchase writes (the
+//!    hold and the order; charged and the payment; sold, confirmed and the
+//!    outbox row: three transactions), with as many clients as there are
+//!    saga runners.
 //! 2. Relay events/s: `BENCH_EVENTS` outbox rows (default 20000) published
 //!    by the relay (claim, produce with acks=all, mark) — against a raw
 //!    rdkafka producer with the same settings sending the same payloads and
@@ -241,10 +242,20 @@ async fn relay_events_per_s(pool: &PgPool, events: usize) {
     let started = Instant::now();
     for chunk in keys.chunks(BATCH as usize) {
         let sends = chunk.iter().map(|key| {
+            let headers = OwnedHeaders::new()
+                .insert(Header {
+                    key: "ce_type",
+                    value: Some("boxoffice.order.confirmed.v1"),
+                })
+                .insert(Header {
+                    key: "content-type",
+                    value: Some("application/cloudevents+json"),
+                });
             raw.send(
                 FutureRecord::to(&raw_topic)
                     .key(key.as_str())
-                    .payload(&body),
+                    .payload(&body)
+                    .headers(headers),
                 Duration::from_secs(30),
             )
         });

@@ -166,6 +166,15 @@ pub struct WorkerConfig {
     /// below the orchestrator's grace period, 30 s in k8s/).
     #[arg(long, env = "BOXOFFICE_DRAIN_TIMEOUT_MS", default_value_t = 20_000)]
     pub drain_timeout_ms: u64,
+    /// Static group membership (`group.instance.id`, e.g. the pod name): a
+    /// restarted worker takes its old place at once instead of waiting for
+    /// the group to notice the old one is gone.
+    #[arg(long, env = "BOXOFFICE_WORKER_INSTANCE")]
+    pub instance_id: Option<String>,
+    /// The consumer's `max.poll.interval.ms`, also the longest a rebalance
+    /// waits for members that do not rejoin (a crashed worker's slot).
+    #[arg(long, env = "BOXOFFICE_MAX_POLL_INTERVAL_MS", default_value_t = 60_000)]
+    pub max_poll_interval_ms: u64,
     /// Messages fetched ahead and waiting behind a busy key, at most.
     #[arg(long, env = "BOXOFFICE_MAX_BUFFERED", default_value_t = 1_000)]
     pub max_buffered: usize,

@@ -51,7 +51,7 @@ async fn spawn(env: &[(&str, String)]) -> Service {
     for (name, value) in env {
         command.env(name, value);
     }
-    let child = command.spawn().expect("spawning order-service");
+    let mut child = command.spawn().expect("spawning order-service");
     let url = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     for _ in 0..200 {
@@ -62,6 +62,8 @@ async fn spawn(env: &[(&str, String)]) -> Service {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    child.kill().ok();
+    child.wait().ok();
     panic!("order-service did not come up on port {port}");
 }
 

@@ -110,13 +110,12 @@ impl Offsets {
                 continue;
             }
             let watermark = partition.watermark();
-            if watermark > partition.committed {
-                if list
+            if watermark > partition.committed
+                && list
                     .add_partition_offset(&tp.0, tp.1, Offset::Offset(watermark))
                     .is_ok()
-                {
-                    partition.committed = watermark;
-                }
+            {
+                partition.committed = watermark;
             }
         }
         list
@@ -228,13 +227,17 @@ enum Ended {
 
 impl Handler {
     async fn run(&self, message: &OwnedMessage) -> Ended {
+        use tracing::Instrument;
         let span = tracing::info_span!(
             "message",
             topic = message.topic(),
             partition = message.partition(),
             offset = message.offset()
         );
-        let _guard = span.enter();
+        self.handle_with_retries(message).instrument(span).await
+    }
+
+    async fn handle_with_retries(&self, message: &OwnedMessage) -> Ended {
         let payload = message.payload().unwrap_or_default();
         let mut retry = 0;
         loop {
@@ -298,13 +301,21 @@ pub async fn run(
         drain_timeout: Duration::from_millis(config.drain_timeout_ms),
         revoked: Mutex::default(),
     });
-    let consumer: StreamConsumer<PoolContext> = ClientConfig::new()
+    let mut client = ClientConfig::new();
+    if let Some(instance) = &config.instance_id {
+        client.set("group.instance.id", instance);
+    }
+    let consumer: StreamConsumer<PoolContext> = client
         .set("bootstrap.servers", &config.kafka_brokers)
         .set("group.id", &config.group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", "10000")
+        .set(
+            "max.poll.interval.ms",
+            config.max_poll_interval_ms.to_string(),
+        )
         .create_with_context(PoolContext {
             shared: shared.clone(),
         })

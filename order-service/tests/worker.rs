@@ -1,0 +1,517 @@
+//! The ticket worker pool against the real broker and Postgres: duplicates,
+//! per-key order under parallelism, poison messages and redrive, SIGTERM
+//! drain and kill -9 of the real binary, and `--workers auto`.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use boxoffice_contract::envelope::{CloudEvent, OrderConfirmed, ORDER_CONFIRMED_V1};
+use common::brokers;
+use order_service::worker::dlq;
+use order_service::{kafka, WorkerConfig, Workers};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// A topic and group of the test's own.
+fn names() -> (String, String) {
+    let id = Uuid::new_v4().simple().to_string();
+    (format!("orders-{id}"), format!("issuer-{id}"))
+}
+
+fn config(topic: &str, group: &str) -> WorkerConfig {
+    let mut c = WorkerConfig::defaults();
+    c.kafka_brokers = brokers();
+    c.topic = topic.to_owned();
+    c.group = group.to_owned();
+    c.commit_interval_ms = 100;
+    c.retry_backoff_ms = 50;
+    c
+}
+
+/// `n` confirmed orders of `quantity` seats, in consecutive seats.
+async fn seed_orders(pool: &PgPool, n: usize, quantity: i32) -> Vec<OrderConfirmed> {
+    sqlx::query("INSERT INTO events (event_id, name, price_cents) VALUES ('ev', 'Ev', 100) ON CONFLICT DO NOTHING")
+        .execute(pool)
+        .await
+        .unwrap();
+    let taken: i64 = sqlx::query_scalar("SELECT coalesce(sum(quantity), 0) FROM orders")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let mut orders = Vec::new();
+    for i in 0..n {
+        let order = OrderConfirmed {
+            order_id: Uuid::now_v7(),
+            event_id: "ev".into(),
+            fan_id: format!("fan-{i}"),
+            quantity,
+            first_seat: taken as i32 + 1 + i as i32 * quantity,
+            amount_cents: 100 * i64::from(quantity),
+        };
+        insert_order(pool, &order).await;
+        orders.push(order);
+    }
+    orders
+}
+
+async fn insert_order(pool: &PgPool, order: &OrderConfirmed) {
+    sqlx::query(
+        "INSERT INTO orders (order_id, event_id, fan_id, quantity, amount_cents, status, first_seat)
+         VALUES ($1, $2, $3, $4, $5, 'confirmed', $6)",
+    )
+    .bind(order.order_id)
+    .bind(&order.event_id)
+    .bind(&order.fan_id)
+    .bind(order.quantity)
+    .bind(order.amount_cents)
+    .bind(order.first_seat)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+fn envelope(order: &OrderConfirmed) -> (Uuid, Vec<u8>) {
+    let event = CloudEvent::new(
+        ORDER_CONFIRMED_V1,
+        order.order_id.to_string(),
+        order.clone(),
+    );
+    (event.id, serde_json::to_vec(&event).unwrap())
+}
+
+async fn produce(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(payload),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+}
+
+/// Waits until the group has committed everything on the topic.
+async fn wait_consumed(topic: &str, group: &str, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let (brokers, group, topic) = (brokers(), group.to_owned(), topic.to_owned());
+        let lag = tokio::task::spawn_blocking(move || {
+            order_service::health::partition_lag(&brokers, &group, &topic, Duration::from_secs(2))
+        })
+        .await
+        .unwrap();
+        if matches!(&lag, Ok(p) if !p.is_empty() && p.iter().all(|(_, lag)| *lag == 0)) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still lagging: {lag:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn the_same_event_delivered_three_times_makes_one_ticket_set(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 2)
+        .await
+        .unwrap();
+    let order = seed_orders(&pool, 1, 3).await.remove(0);
+    let (_, payload) = envelope(&order);
+    let producer = kafka::producer(&brokers()).unwrap();
+    for _ in 0..3 {
+        produce(&producer, &topic, &order.order_id.to_string(), &payload).await;
+    }
+    let cancel = CancellationToken::new();
+    let worker = tokio::spawn(order_service::worker::run(
+        config(&topic, &group),
+        pool.clone(),
+        cancel.clone(),
+    ));
+    wait_consumed(&topic, &group, Duration::from_secs(60)).await;
+    cancel.cancel();
+    let stats = worker.await.unwrap().unwrap();
+    assert_eq!((stats.issued, stats.duplicates), (1, 2), "{stats:?}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 3);
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn keys_run_in_parallel_but_each_key_in_order(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 4)
+        .await
+        .unwrap();
+    // 50 keys, 3 events each, produced interleaved: k0 k1 … k49 k0 k1 …
+    let orders = seed_orders(&pool, 150, 1).await;
+    let producer = kafka::producer(&brokers()).unwrap();
+    let mut produced: std::collections::HashMap<String, Vec<Uuid>> = Default::default();
+    for (i, order) in orders.iter().enumerate() {
+        let key = format!("key-{}", i % 50);
+        let (id, payload) = envelope(order);
+        produce(&producer, &topic, &key, &payload).await;
+        produced.entry(key).or_default().push(id);
+    }
+    let mut config = config(&topic, &group);
+    config.workers = Workers::Fixed(8);
+    config.extra_service_ms = 30;
+    let cancel = CancellationToken::new();
+    let worker = tokio::spawn(order_service::worker::run(
+        config,
+        pool.clone(),
+        cancel.clone(),
+    ));
+    wait_consumed(&topic, &group, Duration::from_secs(90)).await;
+    cancel.cancel();
+    let stats = worker.await.unwrap().unwrap();
+    assert_eq!(stats.issued, 150, "{stats:?}");
+    assert!(
+        stats.max_in_flight >= 4,
+        "the pool was not used in parallel: {stats:?}"
+    );
+    assert!(
+        stats.max_in_flight <= 8,
+        "more than the pool at once: {stats:?}"
+    );
+    // The order each event took effect in, per key, is the order it was produced in.
+    let applied: Vec<(Uuid,)> =
+        sqlx::query_as("SELECT event_id FROM processed_events ORDER BY seq")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let position: std::collections::HashMap<Uuid, usize> = applied
+        .iter()
+        .enumerate()
+        .map(|(i, (id,))| (*id, i))
+        .collect();
+    for (key, ids) in &produced {
+        let positions: Vec<usize> = ids.iter().map(|id| position[id]).collect();
+        assert!(
+            positions.windows(2).all(|w| w[0] < w[1]),
+            "{key} took effect out of order: {positions:?}"
+        );
+    }
+}
+
+/// Reads every message of `topic` from the start (a group of its own).
+async fn read_all(topic: &str, expected: usize) -> Vec<rdkafka::message::OwnedMessage> {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", format!("reader-{}", Uuid::new_v4()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while seen.len() < expected && tokio::time::Instant::now() < deadline {
+        if let Ok(Ok(m)) = tokio::time::timeout(Duration::from_secs(1), consumer.recv()).await {
+            seen.push(m.detach());
+        }
+    }
+    seen
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_poison_message_goes_to_the_dlq_and_its_partition_moves_on(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    let orders = seed_orders(&pool, 2, 2).await;
+    let producer = kafka::producer(&brokers()).unwrap();
+    produce(&producer, &topic, "a", &envelope(&orders[0]).1).await;
+    produce(&producer, &topic, "poison", b"{ not json").await;
+    produce(&producer, &topic, "b", &envelope(&orders[1]).1).await;
+
+    let cancel = CancellationToken::new();
+    let worker = tokio::spawn(order_service::worker::run(
+        config(&topic, &group),
+        pool.clone(),
+        cancel.clone(),
+    ));
+    wait_consumed(&topic, &group, Duration::from_secs(60)).await;
+    cancel.cancel();
+    let stats = worker.await.unwrap().unwrap();
+    assert_eq!((stats.issued, stats.dead_lettered), (2, 1), "{stats:?}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 4);
+
+    let letters = read_all(&format!("{topic}.dlq"), 1).await;
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(letter.payload(), Some(&b"{ not json"[..]));
+    assert_eq!(letter.key(), Some(&b"poison"[..]));
+    assert_eq!(dlq::header(letter, dlq::ERROR_CLASS), Some("fatal"));
+    assert!(dlq::header(letter, dlq::REASON)
+        .unwrap()
+        .contains("not a CloudEvent"));
+    assert_eq!(
+        dlq::header(letter, dlq::ORIGINAL_TOPIC),
+        Some(topic.as_str())
+    );
+    assert_eq!(dlq::header(letter, dlq::ORIGINAL_PARTITION), Some("0"));
+    assert_eq!(dlq::header(letter, dlq::ORIGINAL_OFFSET), Some("1"));
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_dead_letter_redriven_after_its_cause_is_fixed_takes_effect(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    seed_orders(&pool, 0, 1).await;
+    // An event for an order the database does not have (yet): a foreign-key
+    // violation, which fails the same way every time: fatal.
+    let missing = OrderConfirmed {
+        order_id: Uuid::now_v7(),
+        event_id: "ev".into(),
+        fan_id: "late".into(),
+        quantity: 2,
+        first_seat: 1,
+        amount_cents: 200,
+    };
+    let producer = kafka::producer(&brokers()).unwrap();
+    produce(&producer, &topic, "late", &envelope(&missing).1).await;
+    let cancel = CancellationToken::new();
+    let worker = tokio::spawn(order_service::worker::run(
+        config(&topic, &group),
+        pool.clone(),
+        cancel.clone(),
+    ));
+    wait_consumed(&topic, &group, Duration::from_secs(60)).await;
+    assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 0);
+
+    // The cause is fixed; the dead letter is sent back and takes effect.
+    insert_order(&pool, &missing).await;
+    let redrive = order_service::RedriveConfig {
+        kafka_brokers: brokers(),
+        from: format!("{topic}.dlq"),
+        to: None,
+        group: format!("redrive-{group}"),
+        max: None,
+    };
+    assert_eq!(dlq::redrive(&redrive).await.unwrap(), 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while count(&pool, "SELECT count(*) FROM tickets").await < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the redriven event never took effect"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        dlq::redrive(&redrive).await.unwrap(),
+        0,
+        "a second redrive finds nothing new"
+    );
+    cancel.cancel();
+    let stats = worker.await.unwrap().unwrap();
+    assert_eq!((stats.issued, stats.dead_lettered), (1, 1), "{stats:?}");
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn auto_sizes_the_pool_from_littles_law(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    let mut config = config(&topic, &group);
+    config.workers = Workers::Auto;
+    config.arrival_rate = 200.0;
+    config.service_time_ms = 50.0;
+    config.utilization = 0.5;
+    let cancel = CancellationToken::new();
+    let worker = tokio::spawn(order_service::worker::run(config, pool, cancel.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cancel.cancel();
+    let stats = worker.await.unwrap().unwrap();
+    // λ × S / ρ = 200 × 0.05 / 0.5 = 20.
+    assert_eq!(stats.pool_size, 20);
+}
+
+// ---- the real binary, where a process must die ----
+
+async fn database_url(pool: &PgPool) -> String {
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let (server, _) = base.rsplit_once('/').expect("a database in DATABASE_URL");
+    format!("{server}/{name}")
+}
+
+struct WorkerProcess {
+    child: Child,
+    metrics: String,
+}
+
+fn spawn_worker(db: &str, topic: &str, group: &str, env: &[(&str, &str)]) -> WorkerProcess {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_order-service"));
+    command
+        .arg("worker")
+        .env("WORKER_LISTEN", format!("127.0.0.1:{port}"))
+        .env("DATABASE_URL", db)
+        .env("KAFKA_BROKERS", brokers())
+        .env("BOXOFFICE_ORDER_TOPIC", topic)
+        .env("BOXOFFICE_WORKER_GROUP", group)
+        .env("BOXOFFICE_COMMIT_INTERVAL_MS", "100")
+        .env("BOXOFFICE_MAX_POLL_INTERVAL_MS", "15000")
+        .env(
+            "RUST_LOG",
+            std::env::var("WORKER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::null());
+    if let Ok(dir) = std::env::var("WORKER_LOG_DIR") {
+        let file = std::fs::File::create(format!("{dir}/worker-{port}.log")).unwrap();
+        command.stdout(file);
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    WorkerProcess {
+        child: command.spawn().expect("spawning the worker"),
+        metrics: format!("http://127.0.0.1:{port}/metrics"),
+    }
+}
+
+/// A gauge from the worker's /metrics, or `None` before it answers.
+async fn gauge(url: &str, name: &str) -> Option<f64> {
+    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn sigterm_with_twenty_in_flight_drains_commits_and_exits_zero(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 2)
+        .await
+        .unwrap();
+    let orders = seed_orders(&pool, 20, 1).await;
+    let producer = kafka::producer(&brokers()).unwrap();
+    for order in &orders {
+        produce(
+            &producer,
+            &topic,
+            &order.order_id.to_string(),
+            &envelope(order).1,
+        )
+        .await;
+    }
+    let db = database_url(&pool).await;
+    let mut worker = spawn_worker(
+        &db,
+        &topic,
+        &group,
+        &[
+            ("BOXOFFICE_WORKERS", "32"),
+            ("BOXOFFICE_EXTRA_SERVICE_MS", "3000"),
+        ],
+    );
+    // All twenty in the middle of their (slow) service time.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while gauge(&worker.metrics, "boxoffice_worker_in_flight").await != Some(20.0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never had 20 in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM processed_events").await,
+        0
+    );
+    // SAFETY: signalling a child we own.
+    unsafe { libc::kill(worker.child.id() as i32, libc::SIGTERM) };
+    let status = tokio::task::spawn_blocking(move || worker.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM processed_events").await,
+        20
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 20);
+    // Committed before exit: a restart has nothing to re-process.
+    wait_consumed(&topic, &group, Duration::from_secs(5)).await;
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn kill_9_mid_batch_then_restart_processes_every_message_once_in_effect(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 2)
+        .await
+        .unwrap();
+    let orders = seed_orders(&pool, 40, 2).await;
+    let producer = kafka::producer(&brokers()).unwrap();
+    for order in &orders {
+        produce(
+            &producer,
+            &topic,
+            &order.order_id.to_string(),
+            &envelope(order).1,
+        )
+        .await;
+    }
+    let db = database_url(&pool).await;
+    let mut worker = spawn_worker(
+        &db,
+        &topic,
+        &group,
+        &[
+            ("BOXOFFICE_WORKERS", "4"),
+            ("BOXOFFICE_EXTRA_SERVICE_MS", "200"),
+            ("BOXOFFICE_WORKER_INSTANCE", "worker-0"),
+        ],
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while count(&pool, "SELECT count(*) FROM processed_events").await < 8 {
+        assert!(tokio::time::Instant::now() < deadline, "too slow to start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.child.kill().unwrap();
+    worker.child.wait().unwrap();
+    let before = count(&pool, "SELECT count(*) FROM processed_events").await;
+    assert!(before < 40, "the kill came too late to test anything");
+
+    let mut restarted = spawn_worker(
+        &db,
+        &topic,
+        &group,
+        &[
+            ("BOXOFFICE_WORKERS", "4"),
+            ("BOXOFFICE_WORKER_INSTANCE", "worker-0"),
+        ],
+    );
+    wait_consumed(&topic, &group, Duration::from_secs(90)).await;
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM processed_events").await,
+        40
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 80);
+    let doubled: i64 = count(
+        &pool,
+        "SELECT count(*) FROM (SELECT order_id FROM tickets GROUP BY order_id HAVING count(*) <> 2) x",
+    )
+    .await;
+    assert_eq!(doubled, 0);
+    restarted.child.kill().unwrap();
+    restarted.child.wait().unwrap();
+}
