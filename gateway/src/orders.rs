@@ -27,6 +27,7 @@ pub fn router(keys: KeySet) -> Router<AppState> {
             post(buy).route_layer(AccessTokenLayer::new(keys)),
         )
         .route("/v1/orders/{order_id}", get(get_order))
+        .route("/v1/orders/{order_id}/tickets.pdf", get(get_tickets))
 }
 
 #[derive(Debug, Deserialize)]
@@ -67,6 +68,9 @@ pub struct OrderView {
     pub failure_reason: Option<String>,
     /// Tickets written so far; equals `quantity` once the set is issued.
     pub tickets_issued: i64,
+    /// The PDF, once every ticket is issued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tickets_url: Option<String>,
 }
 
 fn upstream_down(error: reqwest::Error) -> Problem {
@@ -226,12 +230,14 @@ fn unknown_order() -> Problem {
     Problem::not_found("unknown-order", "no such order for this token")
 }
 
-async fn get_order(
-    State(state): State<AppState>,
-    Path(order_id): Path<Uuid>,
-    headers: HeaderMap,
-) -> Result<axum::Json<OrderView>, Problem> {
-    let token = bearer(&headers).ok_or_else(|| {
+/// The order named in the path, if the bearer token may read it: its own
+/// order token, or the access token that bought it.
+async fn authorized_order(
+    state: &AppState,
+    order_id: Uuid,
+    headers: &HeaderMap,
+) -> Result<UpstreamOrder, Problem> {
+    let token = bearer(headers).ok_or_else(|| {
         Problem::unauthorized("invalid-token", "send Authorization: Bearer <order_token>")
     })?;
     // An order token names its order; the access token that bought it names the fan and event.
@@ -263,6 +269,16 @@ async fn get_order(
     if order.fan_id != claims.sub || order.event_id != claims.aud {
         return Err(unknown_order());
     }
+    Ok(order)
+}
+
+async fn get_order(
+    State(state): State<AppState>,
+    Path(order_id): Path<Uuid>,
+    headers: HeaderMap,
+) -> Result<axum::Json<OrderView>, Problem> {
+    let order = authorized_order(&state, order_id, &headers).await?;
+    let issued = order.tickets_issued >= i64::from(order.quantity);
     Ok(axum::Json(OrderView {
         order_id: order.order_id,
         event_id: order.event_id,
@@ -271,5 +287,42 @@ async fn get_order(
         quantity: order.quantity,
         failure_reason: order.failure_reason,
         tickets_issued: order.tickets_issued,
+        tickets_url: issued.then(|| format!("/v1/orders/{order_id}/tickets.pdf")),
     }))
+}
+
+/// `GET /v1/orders/{id}/tickets.pdf`: the order's tickets, one page a seat.
+async fn get_tickets(
+    State(state): State<AppState>,
+    Path(order_id): Path<Uuid>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    authorized_order(&state, order_id, &headers).await?;
+    let call = state.upstream.client().get(
+        state
+            .upstream
+            .url(&format!("/internal/orders/{order_id}/tickets.pdf")),
+    );
+    let response = state.upstream.send(call).await?;
+    if response.status() == StatusCode::NOT_FOUND {
+        return Err(Problem::not_found(
+            "tickets-not-issued",
+            "the tickets of this order are not issued yet; try again shortly",
+        ));
+    }
+    if !response.status().is_success() {
+        return Err(pass_on(response).await);
+    }
+    let pdf = response.bytes().await.map_err(upstream_down)?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/pdf".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"tickets-{order_id}.pdf\""),
+            ),
+        ],
+        pdf,
+    )
+        .into_response())
 }

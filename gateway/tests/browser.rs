@@ -180,6 +180,16 @@ async fn a_fan_proves_work_joins_waits_buys_and_gets_tickets_in_a_browser(
         .await;
     assert!(status.contains("tickets ready"), "{status}");
     browser.screenshot("3-confirmed").await;
+    // The page offers the PDF and fetches it with the order token.
+    page.find(Locator::Id("download"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait_text("status", "Tickets downloaded", Duration::from_secs(10))
+        .await;
 
     // What the page showed is what the server holds.
     let (fan_id, quantity, state): (String, i32, String) =

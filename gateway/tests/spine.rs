@@ -81,6 +81,54 @@ async fn one_fan_buys_and_gets_exactly_one_ticket_set(
         .unwrap();
     assert_eq!(payments, 1);
 
+    // The tickets: a PDF, one page a seat, for this order's holders only.
+    let pdf_url = format!("/v1/orders/{order_id}/tickets.pdf");
+    assert_eq!(order["tickets_url"], pdf_url.as_str());
+    let pdf = stack
+        .http
+        .get(format!("{}{pdf_url}", stack.gateway))
+        .bearer_auth(&order_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pdf.status(), StatusCode::OK);
+    assert_eq!(pdf.headers()["content-type"], "application/pdf");
+    let pdf = String::from_utf8_lossy(&pdf.bytes().await.unwrap()).into_owned();
+    assert!(pdf.starts_with("%PDF-"));
+    let pages = pdf.matches("/Type /Page").count() - pdf.matches("/Type /Pages").count();
+    assert_eq!(pages, 2);
+    assert!(pdf.contains("(Test solo)") && pdf.contains("(Seat 1)") && pdf.contains("(Seat 2)"));
+    let codes: Vec<(String,)> =
+        sqlx::query_as("SELECT code FROM tickets WHERE order_id = $1 ORDER BY seat_no")
+            .bind(uuid)
+            .fetch_all(&stack.pool)
+            .await
+            .unwrap();
+    for (code,) in &codes {
+        assert!(
+            pdf.contains(code.as_str()),
+            "the PDF prints the signed code {code}"
+        );
+    }
+    let stranger = stack
+        .http
+        .get(format!("{}{pdf_url}", stack.gateway))
+        .bearer_auth(stack.keys.sign(&boxoffice_contract::token::Claims {
+            order_id: Some(uuid::Uuid::now_v7()),
+            ..boxoffice_contract::token::Claims::new(
+                "boxoffice",
+                "solo",
+                "someone-else",
+                boxoffice_contract::token::TokenUse::Order,
+                boxoffice_contract::token::now_s(),
+                60,
+            )
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stranger.status(), StatusCode::NOT_FOUND);
+
     // The pipeline's health, as adaptive admission reads it: nothing waits anywhere.
     let mut health = serde_json::Value::Null;
     for _ in 0..100 {

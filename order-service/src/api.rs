@@ -7,6 +7,7 @@
 //! | `GET /internal/events/{id}` | seats: capacity, reserved, sold, remaining |
 //! | `POST /internal/orders` | place an order (hold seats), idempotent on `order_id` |
 //! | `GET /internal/orders/{id}` | an order and how many tickets it has |
+//! | `GET /internal/orders/{id}/tickets.pdf` | its ticket PDF from the ticket store, 404 until issued |
 //! | `GET /internal/health` | order latency p95, outbox backlog and age, consumer lag |
 //! | `GET /metrics` | Prometheus: `boxoffice_orders_total{status}`, `boxoffice_outbox_backlog`, `boxoffice_outbox_oldest_age_seconds`, payment calls |
 
@@ -33,6 +34,7 @@ pub fn router(state: AppState) -> Router {
         .route("/internal/events/{event_id}", put(put_event).get(get_event))
         .route("/internal/orders", post(place_order))
         .route("/internal/orders/{order_id}", get(get_order))
+        .route("/internal/orders/{order_id}/tickets.pdf", get(get_tickets))
         .route("/internal/health", get(pipeline_health))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
@@ -242,6 +244,29 @@ async fn get_order(
         .await?
         .ok_or_else(|| Problem::not_found("unknown-order", "no such order"))?;
     Ok(axum::Json(OrderView::new(order, tickets)))
+}
+
+async fn get_tickets(
+    State(state): State<AppState>,
+    Path(order_id): Path<Uuid>,
+) -> Result<Response, Problem> {
+    match state.tickets.get(order_id).await {
+        Ok(Some(pdf)) => {
+            Ok(([(axum::http::header::CONTENT_TYPE, "application/pdf")], pdf).into_response())
+        }
+        Ok(None) => Err(Problem::not_found(
+            "tickets-not-issued",
+            "no tickets for this order yet",
+        )),
+        Err(error) => {
+            tracing::error!(%error, "ticket store unavailable");
+            Err(Problem::unavailable(
+                "upstream-unavailable",
+                "the ticket store is unavailable",
+                1,
+            ))
+        }
+    }
 }
 
 /// Order latency, outbox backlog and consumer lag (`null` when the broker does not answer in time).

@@ -73,6 +73,9 @@ pub struct ServeConfig {
     pub outbox_retention_s: i64,
     #[command(flatten)]
     pub payment: crate::payments::client::PaymentConfig,
+    /// Directory of the ticket PDFs the workers write.
+    #[arg(long, env = "BOXOFFICE_TICKET_STORE", default_value = ".run/tickets")]
+    pub ticket_store: String,
     /// Fault injection for the crash tests: the relay aborts the process
     /// after its first publish, before marking the rows published.
     #[arg(long, env = "BOXOFFICE_CRASH_AFTER_PUBLISH", hide = true)]
@@ -166,6 +169,16 @@ pub struct WorkerConfig {
     /// below the orchestrator's grace period, 30 s in k8s/).
     #[arg(long, env = "BOXOFFICE_DRAIN_TIMEOUT_MS", default_value_t = 20_000)]
     pub drain_timeout_ms: u64,
+    /// Directory of the ticket PDFs (`orders/{id}.pdf`); the order service reads the same one.
+    #[arg(long, env = "BOXOFFICE_TICKET_STORE", default_value = ".run/tickets")]
+    pub ticket_store: String,
+    /// Secret that signs ticket codes (the QR codes); the gates verify with it.
+    #[arg(
+        long,
+        env = "BOXOFFICE_TICKET_SECRET",
+        default_value = "dev-ticket-secret-change-me"
+    )]
+    pub ticket_secret: String,
     /// Static group membership (`group.instance.id`, e.g. the pod name): a
     /// restarted worker takes its old place at once instead of waiting for
     /// the group to notice the old one is gone.

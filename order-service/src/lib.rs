@@ -7,6 +7,7 @@
 //! - [`stock`]: keeps the edge's Redis view of remaining seats in step with Postgres.
 //! - [`relay`]: publishes the transactional outbox to Kafka (`FOR UPDATE SKIP LOCKED`).
 //! - [`worker`]: the `ticket-issuer` consumer that turns `OrderConfirmed` into tickets.
+//! - [`tickets`]: signed ticket codes, the PDF of an order, and the object store it lives in.
 //! - [`health`]: order latency, outbox backlog and consumer lag, for adaptive admission.
 //! - [`payments`]: the fake payment provider and the resilient client the saga charges through.
 //! - [`kafka`]: client settings and topic creation shared by relay and worker.
@@ -22,6 +23,7 @@ pub mod relay;
 pub mod saga;
 pub mod stock;
 pub mod store;
+pub mod tickets;
 pub mod worker;
 
 use std::sync::Arc;
@@ -42,6 +44,7 @@ pub struct AppState {
     pub stock: stock::StockView,
     pub config: Arc<ServeConfig>,
     pub payments: payments::client::PaymentClient,
+    pub tickets: tickets::TicketStore,
     /// Wakes the saga runners when an order is placed, so they need not poll fast.
     pub saga_wakeup: Arc<tokio::sync::Notify>,
 }
@@ -56,6 +59,7 @@ impl AppState {
             pool,
             stock: stock::StockView::new(redis, &config.redis_prefix),
             payments: payments::client::PaymentClient::new(config.payment.clone())?,
+            tickets: tickets::TicketStore::local(&config.ticket_store)?,
             config: Arc::new(config),
             saga_wakeup: Arc::default(),
         })

@@ -77,6 +77,7 @@ fn base_env(db: &str, prefix: &str, provider_url: &str) -> Vec<(&'static str, St
         ("BOXOFFICE_WORKER_GROUP", format!("ticket-issuer-{prefix}")),
         ("BOXOFFICE_PARTITIONS", "1".into()),
         ("PAYMENT_URL", provider_url.to_owned()),
+        ("BOXOFFICE_TICKET_STORE", ticket_store(prefix)),
         ("PAYMENT_ATTEMPT_TIMEOUT_MS", "1000".into()),
         ("PAYMENT_RETRIES", "1".into()),
         ("PAYMENT_BACKOFF_MAX_MS", "100".into()),
@@ -228,6 +229,7 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
         c.topic = topic.clone();
         c.group = group.clone();
         c.commit_interval_ms = 100;
+        c.ticket_store = ticket_store(&prefix);
         c
     };
     let worker = tokio::spawn(order_service::worker::run(

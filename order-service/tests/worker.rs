@@ -32,6 +32,7 @@ fn config(topic: &str, group: &str) -> WorkerConfig {
     c.group = group.to_owned();
     c.commit_interval_ms = 100;
     c.retry_backoff_ms = 50;
+    c.ticket_store = common::ticket_store(group);
     c
 }
 
@@ -373,6 +374,7 @@ fn spawn_worker(db: &str, topic: &str, group: &str, env: &[(&str, &str)]) -> Wor
         .env("BOXOFFICE_WORKER_GROUP", group)
         .env("BOXOFFICE_COMMIT_INTERVAL_MS", "100")
         .env("BOXOFFICE_MAX_POLL_INTERVAL_MS", "15000")
+        .env("BOXOFFICE_TICKET_STORE", common::ticket_store(group))
         .env(
             "RUST_LOG",
             std::env::var("WORKER_LOG").unwrap_or_else(|_| "warn".into()),

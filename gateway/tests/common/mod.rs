@@ -78,6 +78,10 @@ impl Stack {
             .unwrap();
         let mut tasks = Vec::new();
 
+        let ticket_store = std::env::temp_dir()
+            .join(format!("boxoffice-tickets-{id}"))
+            .display()
+            .to_string();
         // The fake payment provider, healthy (tests that want faults set its knobs).
         let (provider_listener, payment_provider) = listener().await;
         let stop = cancel.clone();
@@ -100,6 +104,7 @@ impl Stack {
             c.saga_runners = if pipeline { 4 } else { 0 };
             c.relay = pipeline;
             c.payment.payment_url = payment_provider.clone();
+            c.ticket_store = ticket_store.clone();
             c
         };
         let state =
@@ -117,6 +122,7 @@ impl Stack {
             c.topic = topic.clone();
             c.group = format!("ticket-issuer-{id}");
             c.commit_interval_ms = 200;
+            c.ticket_store = ticket_store.clone();
             c
         };
         if pipeline {

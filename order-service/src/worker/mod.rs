@@ -16,6 +16,8 @@ use boxoffice_contract::envelope::{CloudEvent, OrderConfirmed, ORDER_CONFIRMED_V
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::tickets::{render, Ticket, TicketSigner, TicketStore};
+
 pub use pool::{run, WorkerStats};
 
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +28,9 @@ pub enum HandleError {
     /// The database was unreachable or busy; retrying may help.
     #[error("transient: {0}")]
     Transient(sqlx::Error),
+    /// The ticket store refused the PDF; retrying may help.
+    #[error("ticket store: {0}")]
+    Store(String),
 }
 
 impl From<sqlx::Error> for HandleError {
@@ -76,9 +81,20 @@ pub fn health_router(pool: PgPool) -> axum::Router {
         )
 }
 
-/// Applies one event: the dedup row and the tickets in one transaction.
+/// What issuing tickets needs besides the database.
+#[derive(Clone)]
+pub struct Issuer {
+    pub store: TicketStore,
+    pub signer: TicketSigner,
+}
+
+/// Applies one event: the dedup row and the ticket rows in one transaction,
+/// and the order's PDF written to the store before that transaction commits
+/// (a failed write is transient: nothing is committed, the event is retried;
+/// codes are deterministic, so a retry writes the same PDF).
 pub async fn handle(
     pool: &PgPool,
+    issuer: &Issuer,
     consumer_name: &str,
     payload: &[u8],
 ) -> Result<Outcome, HandleError> {
@@ -92,6 +108,12 @@ pub async fn handle(
     }
     let data: OrderConfirmed = serde_json::from_value(envelope.data)
         .map_err(|e| HandleError::Fatal(format!("bad {ORDER_CONFIRMED_V1} data: {e}")))?;
+    if data.quantity < 1 || data.first_seat < 1 {
+        return Err(HandleError::Fatal(format!(
+            "bad {ORDER_CONFIRMED_V1} data: quantity {} from seat {}",
+            data.quantity, data.first_seat
+        )));
+    }
     let mut tx = pool.begin().await?;
     let fresh = sqlx::query(
         "INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
@@ -105,7 +127,17 @@ pub async fn handle(
     if !fresh {
         return Ok(Outcome::Duplicate);
     }
-    for seat in data.first_seat..data.first_seat + data.quantity {
+    let event_name: String = sqlx::query_scalar("SELECT name FROM events WHERE event_id = $1")
+        .bind(&data.event_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| HandleError::Fatal(format!("unknown event {}", data.event_id)))?;
+    let seats: Vec<i32> = (data.first_seat..data.first_seat + data.quantity).collect();
+    let codes: Vec<String> = seats
+        .iter()
+        .map(|seat| issuer.signer.code(&data.event_id, data.order_id, *seat))
+        .collect();
+    for (seat, code) in seats.iter().zip(&codes) {
         sqlx::query(
             "INSERT INTO tickets (ticket_id, order_id, event_id, seat_no, code) VALUES ($1, $2, $3, $4, $5)",
         )
@@ -113,10 +145,25 @@ pub async fn handle(
         .bind(data.order_id)
         .bind(&data.event_id)
         .bind(seat)
-        .bind(Uuid::new_v4().simple().to_string())
+        .bind(code)
         .execute(&mut *tx)
         .await?;
     }
+    let tickets: Vec<Ticket<'_>> = seats
+        .iter()
+        .zip(&codes)
+        .map(|(seat, code)| Ticket {
+            event_name: &event_name,
+            seat: *seat,
+            code,
+        })
+        .collect();
+    let pdf = render(data.order_id, &tickets);
+    issuer
+        .store
+        .put(data.order_id, pdf)
+        .await
+        .map_err(|e| HandleError::Store(e.to_string()))?;
     tx.commit().await?;
     tracing::info!(order_id = %data.order_id, seats = data.quantity, "tickets issued");
     Ok(Outcome::Issued)

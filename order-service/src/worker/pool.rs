@@ -34,7 +34,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::dlq::{self, ErrorClass};
-use super::{handle, HandleError, Outcome};
+use super::{handle, HandleError, Issuer, Outcome};
+use crate::tickets::{TicketSigner, TicketStore};
 use crate::{WorkerConfig, Workers};
 
 /// What a run did, for tests and the log line at exit.
@@ -208,6 +209,7 @@ impl ConsumerContext for PoolContext {
 #[derive(Clone)]
 struct Handler {
     pool: PgPool,
+    issuer: Issuer,
     producer: FutureProducer,
     group: String,
     dlq_topic: String,
@@ -244,10 +246,13 @@ impl Handler {
             if !self.extra_service.is_zero() {
                 tokio::time::sleep(self.extra_service).await;
             }
-            let (reason, class) = match handle(&self.pool, &self.group, payload).await {
+            let (reason, class) = match handle(&self.pool, &self.issuer, &self.group, payload).await
+            {
                 Ok(outcome) => return Ended::Effect(outcome),
                 Err(HandleError::Fatal(reason)) => (reason, ErrorClass::Fatal),
-                Err(HandleError::Transient(error)) if retry < self.retries => {
+                Err(error @ (HandleError::Transient(_) | HandleError::Store(_)))
+                    if retry < self.retries =>
+                {
                     let wait = self.retry_backoff * 4u32.pow(retry);
                     retry += 1;
                     tracing::warn!(%error, retry, ?wait, "transient failure; retrying");
@@ -256,7 +261,7 @@ impl Handler {
                         () = tokio::time::sleep(wait) => continue,
                     }
                 }
-                Err(HandleError::Transient(error)) => (
+                Err(error @ (HandleError::Transient(_) | HandleError::Store(_))) => (
                     format!("{error} (after {retry} retries)"),
                     ErrorClass::Exhausted,
                 ),
@@ -325,6 +330,10 @@ pub async fn run(
         .context("subscribing to the order topic")?;
     let handler = Handler {
         pool,
+        issuer: Issuer {
+            store: TicketStore::local(&config.ticket_store)?,
+            signer: TicketSigner::new(config.ticket_secret.as_bytes()),
+        },
         producer: crate::kafka::producer(&config.kafka_brokers)?,
         group: config.group.clone(),
         dlq_topic,

@@ -53,7 +53,16 @@ pub fn config(prefix: &str, provider_url: &str) -> ServeConfig {
     c.payment.payment_attempt_timeout_ms = 300;
     c.payment.payment_backoff_ms = 20;
     c.payment.payment_backoff_max_ms = 200;
+    c.ticket_store = ticket_store(prefix);
     c
+}
+
+/// A ticket directory of the test's own.
+pub fn ticket_store(name: &str) -> String {
+    std::env::temp_dir()
+        .join(format!("boxoffice-tickets-{name}"))
+        .display()
+        .to_string()
 }
 
 pub struct OrderService {
