@@ -158,13 +158,17 @@ pub async fn handle(
             code,
         })
         .collect();
+    let written = std::time::Instant::now();
     let pdf = render(data.order_id, &tickets);
+    let rendered = written.elapsed();
     issuer
         .store
         .put(data.order_id, pdf)
         .await
         .map_err(|e| HandleError::Store(e.to_string()))?;
+    let stored = written.elapsed();
     tx.commit().await?;
+    tracing::debug!(?rendered, ?stored, committed = ?written.elapsed(), "ticket phases");
     tracing::info!(order_id = %data.order_id, seats = data.quantity, "tickets issued");
     Ok(Outcome::Issued)
 }
