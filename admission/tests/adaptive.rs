@@ -27,6 +27,10 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
         c.worker_group = format!("group-{prefix}");
         c.saga_runners = 0;
         c.relay = false;
+        c.ticket_store = std::env::temp_dir()
+            .join(format!("boxoffice-tickets-{prefix}"))
+            .display()
+            .to_string();
         if let Ok(brokers) = std::env::var("KAFKA_BROKERS") {
             c.kafka_brokers = brokers;
         }
