@@ -1,7 +1,8 @@
 //! The gateway's protective layers, outermost first:
 //!
 //! 1. request id: every request gets an `x-request-id` (or keeps the caller's),
-//!    echoed in the answer and sent on to the order service;
+//!    echoed in the answer, recorded on the request's log span (`request_id`)
+//!    and sent on to the order service, which records it too;
 //! 2. per-IP rate limit (`tower_governor`): past the quota, 429 `rate-limited`
 //!    with `Retry-After`, before any work is done;
 //! 3. load shedding: at most `max_in_flight` requests are handled at once; the
@@ -25,6 +26,7 @@ use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::PeerIpKeyExtractor;
 use tower_governor::{GovernorError, GovernorLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
 
 use crate::Config;
 
@@ -41,6 +43,7 @@ pub fn protect(routes: Router, config: &Config) -> Router {
     let protected = ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
         .layer(HandleErrorLayer::new(shed))
         .load_shed()
@@ -48,6 +51,21 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         .timeout(Duration::from_millis(config.request_timeout_ms))
         .service(routes.layer(DefaultBodyLimit::max(config.body_limit_bytes)));
     Router::new().fallback_service(protected)
+}
+
+/// The span every log line of a request is written in.
+pub fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id = %id
+    )
 }
 
 fn rate_limited(error: GovernorError) -> Response {
@@ -87,4 +105,65 @@ pub fn with_peers(
     app: Router,
 ) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, SocketAddr> {
     app.into_make_service_with_connect_info::<SocketAddr>()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Body;
+    use axum::extract::ConnectInfo;
+    use axum::http::Request;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// A log sink the test can read.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn log_lines_of_a_request_carry_its_request_id() {
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let routes = Router::new().route(
+            "/hello",
+            get(|| async {
+                tracing::info!("handling hello");
+                "hi"
+            }),
+        );
+        let app = protect(routes, &Config::defaults()).layer(axum::Extension(ConnectInfo(
+            SocketAddr::from(([127, 0, 0, 1], 9)),
+        )));
+        let request = Request::get("/hello")
+            .header("x-request-id", "req-42")
+            .body(Body::empty())
+            .unwrap();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["x-request-id"], "req-42");
+        let logs = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let line = logs
+            .lines()
+            .find(|l| l.contains("handling hello"))
+            .unwrap_or_else(|| panic!("no log line: {logs}"));
+        assert!(line.contains("request_id=req-42"), "{line}");
+    }
 }

@@ -39,7 +39,21 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz));
-    boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
+    boxoffice_contract::problem::with_fallbacks(routes)
+        .with_state(state)
+        // The gateway's x-request-id, on every log line of the request.
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                |request: &axum::http::Request<_>| {
+                    let id = request
+                        .headers()
+                        .get("x-request-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    tracing::info_span!("request", path = %request.uri().path(), request_id = %id)
+                },
+            ),
+        )
 }
 
 impl From<StoreError> for Problem {
