@@ -391,6 +391,8 @@ pub async fn run(
     loop {
         let can_fetch = running.len() < size && buffered < config.max_buffered;
         tokio::select! {
+            // Cancellation first: no new handler starts once shutdown began.
+            biased;
             () = cancel.cancelled() => break,
             _ = commit_tick.tick() => {
                 commit(&consumer, &shared, CommitMode::Async);
