@@ -517,3 +517,87 @@ async fn kill_9_mid_batch_then_restart_processes_every_message_once_in_effect(po
     restarted.child.kill().unwrap();
     restarted.child.wait().unwrap();
 }
+
+/// A counter from the worker's /metrics (0 when it was never incremented).
+async fn counter(url: &str, name: &str) -> f64 {
+    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_rebalance_drains_in_flight_work_and_commits_before_giving_partitions_away(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 4)
+        .await
+        .unwrap();
+    let orders = seed_orders(&pool, 40, 1).await;
+    let producer = kafka::producer(&brokers()).unwrap();
+    for order in &orders {
+        produce(
+            &producer,
+            &topic,
+            &order.order_id.to_string(),
+            &envelope(order).1,
+        )
+        .await;
+    }
+    let db = database_url(&pool).await;
+    let slow = [
+        ("BOXOFFICE_WORKERS", "8"),
+        ("BOXOFFICE_EXTRA_SERVICE_MS", "1500"),
+    ];
+    let mut first = spawn_worker(
+        &db,
+        &topic,
+        &group,
+        &[slow[0], slow[1], ("BOXOFFICE_WORKER_INSTANCE", "a")],
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while gauge(&first.metrics, "boxoffice_worker_in_flight").await < Some(8.0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first worker never filled its pool"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A second member joins while eight messages are in the middle of their work.
+    let mut second = spawn_worker(
+        &db,
+        &topic,
+        &group,
+        &[slow[0], slow[1], ("BOXOFFICE_WORKER_INSTANCE", "b")],
+    );
+    wait_consumed(&topic, &group, Duration::from_secs(120)).await;
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM processed_events").await,
+        40
+    );
+    let duplicate = "boxoffice_worker_events_total{outcome=\"duplicate\"}";
+    let issued = "boxoffice_worker_events_total{outcome=\"issued\"}";
+    let (a, b) = (
+        counter(&first.metrics, duplicate).await,
+        counter(&second.metrics, duplicate).await,
+    );
+    // Without the drain, the new owner would redeliver what was in flight.
+    assert_eq!(
+        (a, b),
+        (0.0, 0.0),
+        "messages handled twice across the rebalance"
+    );
+    let shared = (
+        counter(&first.metrics, issued).await,
+        counter(&second.metrics, issued).await,
+    );
+    assert_eq!(shared.0 + shared.1, 40.0, "{shared:?}");
+    assert!(
+        shared.1 > 0.0,
+        "the second member never got work: {shared:?}"
+    );
+    for worker in [&mut first, &mut second] {
+        // SAFETY: signalling a child we own.
+        unsafe { libc::kill(worker.child.id() as i32, libc::SIGTERM) };
+        assert!(worker.child.wait().unwrap().success());
+    }
+}

@@ -54,6 +54,28 @@ pub struct WorkerStats {
     pub abandoned: usize,
 }
 
+impl WorkerStats {
+    /// Counts how a message ended (also as `boxoffice_worker_events_total{outcome}`).
+    fn record(&mut self, ended: &Ended) {
+        let outcome = match ended {
+            Ended::Effect(Outcome::Issued) => {
+                self.issued += 1;
+                "issued"
+            }
+            Ended::Effect(Outcome::Duplicate) => {
+                self.duplicates += 1;
+                "duplicate"
+            }
+            Ended::DeadLettered => {
+                self.dead_lettered += 1;
+                "dead_lettered"
+            }
+            Ended::Abandoned => return,
+        };
+        metrics::counter!("boxoffice_worker_events_total", "outcome" => outcome).increment(1);
+    }
+}
+
 /// ceil(λ × S / utilization), at least 1 and at most `max`.
 pub fn auto_size(arrival_rate: f64, service_time_s: f64, utilization: f64, max: usize) -> usize {
     let size = boxoffice_contract::capacity::workers_for(arrival_rate, service_time_s, utilization);
@@ -357,13 +379,16 @@ pub async fn run(
     tracing::info!(size, workers = ?config.workers, "worker pool starting");
     let mut service_time_s = config.service_time_ms / 1000.0;
     let mut stats = WorkerStats::default();
-    let mut running: JoinSet<(Vec<u8>, TopicPartition, i64, Ended, Duration)> = JoinSet::new();
+    let mut running: JoinSet<(Vec<u8>, Ended, Duration)> = JoinSet::new();
     let mut busy: HashMap<Vec<u8>, VecDeque<OwnedMessage>> = HashMap::new();
     let mut buffered = 0usize;
     let mut commit_tick =
         tokio::time::interval(Duration::from_millis(config.commit_interval_ms.max(10)));
 
-    let spawn = |running: &mut JoinSet<_>, message: OwnedMessage, shared: &Shared| {
+    // Each handler books its own end (in-flight count, done offset) as it
+    // finishes, so a rebalance drain blocked in the consumer's callback sees
+    // progress without the dispatcher.
+    let spawn = |running: &mut JoinSet<_>, message: OwnedMessage, shared: &Arc<Shared>| {
         let tp = (message.topic().to_owned(), message.partition());
         if let Some(p) = shared
             .offsets
@@ -375,16 +400,22 @@ pub async fn run(
             p.in_flight += 1;
         }
         let handler = handler.clone();
+        let shared = shared.clone();
         running.spawn(async move {
             let started = Instant::now();
             let ended = handler.run(&message).await;
-            (
-                key_of(&message),
-                tp,
-                message.offset(),
-                ended,
-                started.elapsed(),
-            )
+            let took = started.elapsed();
+            {
+                let mut offsets = shared.offsets.lock().expect("offsets lock");
+                if let Some(p) = offsets.partitions.get_mut(&tp) {
+                    p.in_flight = p.in_flight.saturating_sub(1);
+                }
+                if !matches!(ended, Ended::Abandoned) {
+                    offsets.done(&tp, message.offset());
+                }
+            }
+            shared.finished.notify_all();
+            (key_of(&message), ended, took)
         });
     };
 
@@ -411,26 +442,11 @@ pub async fn run(
                 }
             }
             Some(joined) = running.join_next() => {
-                let Ok((key, tp, offset, ended, took)) = joined else { continue };
+                let Ok((key, ended, took)) = joined else { continue };
                 // A moving average of S (service time), for sizing and for ops.
                 service_time_s = 0.9 * service_time_s + 0.1 * took.as_secs_f64();
                 metrics::gauge!("boxoffice_worker_service_time_seconds").set(service_time_s);
-                match ended {
-                    Ended::Effect(Outcome::Issued) => stats.issued += 1,
-                    Ended::Effect(Outcome::Duplicate) => stats.duplicates += 1,
-                    Ended::DeadLettered => stats.dead_lettered += 1,
-                    Ended::Abandoned => {}
-                }
-                {
-                    let mut offsets = shared.offsets.lock().expect("offsets lock");
-                    if let Some(p) = offsets.partitions.get_mut(&tp) {
-                        p.in_flight = p.in_flight.saturating_sub(1);
-                    }
-                    if !matches!(ended, Ended::Abandoned) {
-                        offsets.done(&tp, offset);
-                    }
-                }
-                shared.finished.notify_all();
+                stats.record(&ended);
                 // The next message of the same key, unless its partition was revoked.
                 let revoked = std::mem::take(&mut *shared.revoked.lock().expect("revoked lock"));
                 let mut next = None;
@@ -489,18 +505,8 @@ pub async fn run(
     let deadline = tokio::time::Instant::now() + shared.drain_timeout;
     while !running.is_empty() {
         match tokio::time::timeout_at(deadline, running.join_next()).await {
-            Ok(Some(Ok((_, tp, offset, ended, _)))) => {
-                match ended {
-                    Ended::Effect(Outcome::Issued) => stats.issued += 1,
-                    Ended::Effect(Outcome::Duplicate) => stats.duplicates += 1,
-                    Ended::DeadLettered => stats.dead_lettered += 1,
-                    Ended::Abandoned => continue,
-                }
-                shared
-                    .offsets
-                    .lock()
-                    .expect("offsets lock")
-                    .done(&tp, offset);
+            Ok(Some(Ok((_, ended, _)))) => {
+                stats.record(&ended);
             }
             Ok(Some(Err(_))) => {}
             Ok(None) => break,
