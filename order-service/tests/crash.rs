@@ -15,17 +15,6 @@ use rdkafka::{ClientConfig, Message};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-/// The URL of the test's own database (the sqlx::test pool's).
-async fn database_url(pool: &PgPool) -> String {
-    let name: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let (server, _) = base.rsplit_once('/').expect("a database in DATABASE_URL");
-    format!("{server}/{name}")
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -37,6 +26,16 @@ fn free_port() -> u16 {
 struct Service {
     child: Child,
     url: String,
+}
+
+/// A failed test must not leave its order service running.
+impl Drop for Service {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.child.kill().ok();
+            self.child.wait().ok();
+        }
+    }
 }
 
 /// Starts `order-service serve` and waits until it answers.
@@ -189,9 +188,12 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
     create_event(&http, &service.url, "ev", 10).await;
     let (status, order_id) = place(&http, &service.url, "ev", "fan", 3).await;
     assert_eq!(status, 202);
-    let exit = tokio::task::spawn_blocking(move || service.child.wait().unwrap())
-        .await
-        .unwrap();
+    let exit = tokio::task::spawn_blocking(move || {
+        let mut service = service;
+        service.child.wait().unwrap()
+    })
+    .await
+    .unwrap();
     assert!(!exit.success(), "the relay should have aborted: {exit:?}");
     assert_eq!(
         count(

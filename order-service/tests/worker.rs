@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use boxoffice_contract::envelope::{CloudEvent, OrderConfirmed, ORDER_CONFIRMED_V1};
-use common::brokers;
+use common::{brokers, database_url};
 use order_service::worker::dlq;
 use order_service::{kafka, WorkerConfig, Workers};
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -96,6 +96,20 @@ async fn produce(producer: &FutureProducer, topic: &str, key: &str, payload: &[u
         .await
         .map_err(|(e, _)| e)
         .unwrap();
+}
+
+/// Produces each order's event keyed by its order id, as the relay does.
+async fn produce_keyed_by_order(topic: &str, orders: &[OrderConfirmed]) {
+    let producer = kafka::producer(&brokers()).unwrap();
+    for order in orders {
+        produce(
+            &producer,
+            topic,
+            &order.order_id.to_string(),
+            &envelope(order).1,
+        )
+        .await;
+    }
 }
 
 /// Waits until the group has committed everything on the topic.
@@ -343,19 +357,20 @@ async fn auto_sizes_the_pool_from_littles_law(pool: PgPool) {
 
 // ---- the real binary, where a process must die ----
 
-async fn database_url(pool: &PgPool) -> String {
-    let name: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let (server, _) = base.rsplit_once('/').expect("a database in DATABASE_URL");
-    format!("{server}/{name}")
-}
-
 struct WorkerProcess {
     child: Child,
     metrics: String,
+}
+
+/// A failed test must not leave its worker running (it would hold the test
+/// database open and consume the next run's messages).
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.child.kill().ok();
+            self.child.wait().ok();
+        }
+    }
 }
 
 fn spawn_worker(db: &str, topic: &str, group: &str, env: &[(&str, &str)]) -> WorkerProcess {
@@ -407,16 +422,7 @@ async fn sigterm_with_twenty_in_flight_drains_commits_and_exits_zero(pool: PgPoo
         .await
         .unwrap();
     let orders = seed_orders(&pool, 20, 1).await;
-    let producer = kafka::producer(&brokers()).unwrap();
-    for order in &orders {
-        produce(
-            &producer,
-            &topic,
-            &order.order_id.to_string(),
-            &envelope(order).1,
-        )
-        .await;
-    }
+    produce_keyed_by_order(&topic, &orders).await;
     let db = database_url(&pool).await;
     let mut worker = spawn_worker(
         &db,
@@ -442,9 +448,12 @@ async fn sigterm_with_twenty_in_flight_drains_commits_and_exits_zero(pool: PgPoo
     );
     // SAFETY: signalling a child we own.
     unsafe { libc::kill(worker.child.id() as i32, libc::SIGTERM) };
-    let status = tokio::task::spawn_blocking(move || worker.child.wait().unwrap())
-        .await
-        .unwrap();
+    let status = tokio::task::spawn_blocking(move || {
+        let mut worker = worker;
+        worker.child.wait().unwrap()
+    })
+    .await
+    .unwrap();
     assert!(status.success(), "{status:?}");
     assert_eq!(
         count(&pool, "SELECT count(*) FROM processed_events").await,
@@ -462,16 +471,7 @@ async fn kill_9_mid_batch_then_restart_processes_every_message_once_in_effect(po
         .await
         .unwrap();
     let orders = seed_orders(&pool, 40, 2).await;
-    let producer = kafka::producer(&brokers()).unwrap();
-    for order in &orders {
-        produce(
-            &producer,
-            &topic,
-            &order.order_id.to_string(),
-            &envelope(order).1,
-        )
-        .await;
-    }
+    produce_keyed_by_order(&topic, &orders).await;
     let db = database_url(&pool).await;
     let mut worker = spawn_worker(
         &db,
@@ -532,21 +532,12 @@ async fn a_rebalance_drains_in_flight_work_and_commits_before_giving_partitions_
     kafka::ensure_topics(&brokers(), &[&topic], 4)
         .await
         .unwrap();
-    let orders = seed_orders(&pool, 40, 1).await;
-    let producer = kafka::producer(&brokers()).unwrap();
-    for order in &orders {
-        produce(
-            &producer,
-            &topic,
-            &order.order_id.to_string(),
-            &envelope(order).1,
-        )
-        .await;
-    }
+    let orders = seed_orders(&pool, 80, 1).await;
+    produce_keyed_by_order(&topic, &orders).await;
     let db = database_url(&pool).await;
     let slow = [
         ("BOXOFFICE_WORKERS", "8"),
-        ("BOXOFFICE_EXTRA_SERVICE_MS", "1500"),
+        ("BOXOFFICE_EXTRA_SERVICE_MS", "2000"),
     ];
     let mut first = spawn_worker(
         &db,
@@ -572,7 +563,7 @@ async fn a_rebalance_drains_in_flight_work_and_commits_before_giving_partitions_
     wait_consumed(&topic, &group, Duration::from_secs(120)).await;
     assert_eq!(
         count(&pool, "SELECT count(*) FROM processed_events").await,
-        40
+        80
     );
     let duplicate = "boxoffice_worker_events_total{outcome=\"duplicate\"}";
     let issued = "boxoffice_worker_events_total{outcome=\"issued\"}";
@@ -590,7 +581,7 @@ async fn a_rebalance_drains_in_flight_work_and_commits_before_giving_partitions_
         counter(&first.metrics, issued).await,
         counter(&second.metrics, issued).await,
     );
-    assert_eq!(shared.0 + shared.1, 40.0, "{shared:?}");
+    assert_eq!(shared.0 + shared.1, 80.0, "{shared:?}");
     assert!(
         shared.1 > 0.0,
         "the second member never got work: {shared:?}"

@@ -71,20 +71,32 @@ pub async fn publish(
             key: ORIGINAL_OFFSET,
             value: Some(&offset),
         });
-    let mut record = FutureRecord::<[u8], [u8]>::to(dlq_topic).headers(headers);
+    producer
+        .send(
+            copy_to(dlq_topic, message, headers),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(error, _)| error)
+        .context("publishing a dead letter")?;
+    metrics::counter!("boxoffice_dlq_messages_total", "class" => class.as_str()).increment(1);
+    Ok(())
+}
+
+/// `message`'s key and payload, bound for `topic` with `headers`.
+fn copy_to<'a>(
+    topic: &'a str,
+    message: &'a impl Message,
+    headers: OwnedHeaders,
+) -> FutureRecord<'a, [u8], [u8]> {
+    let mut record = FutureRecord::to(topic).headers(headers);
     if let Some(key) = message.key() {
         record = record.key(key);
     }
     if let Some(payload) = message.payload() {
         record = record.payload(payload);
     }
-    producer
-        .send(record, Duration::from_secs(30))
-        .await
-        .map_err(|(error, _)| error)
-        .context("publishing a dead letter")?;
-    metrics::counter!("boxoffice_dlq_messages_total", "class" => class.as_str()).increment(1);
-    Ok(())
+    record
 }
 
 /// The value of header `name` of `message`, as text.
@@ -166,15 +178,8 @@ pub async fn redrive(config: &RedriveConfig) -> anyhow::Result<usize> {
             key: "x-redriven-from",
             value: Some(&origin),
         });
-        let mut record = FutureRecord::<[u8], [u8]>::to(&target).headers(headers);
-        if let Some(key) = message.key() {
-            record = record.key(key);
-        }
-        if let Some(payload) = message.payload() {
-            record = record.payload(payload);
-        }
         producer
-            .send(record, Duration::from_secs(30))
+            .send(copy_to(&target, &message, headers), Duration::from_secs(30))
             .await
             .map_err(|(error, _)| error)?;
         sent += 1;

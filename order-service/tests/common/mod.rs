@@ -27,6 +27,18 @@ pub async fn listener() -> (TcpListener, String) {
     (listener, url)
 }
 
+/// The URL of the test's own database (the sqlx::test pool's), for the
+/// real binaries the crash tests spawn.
+pub async fn database_url(pool: &PgPool) -> String {
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let (server, _) = base.rsplit_once('/').expect("a database in DATABASE_URL");
+    format!("{server}/{name}")
+}
+
 /// A fake provider served from this process.
 pub async fn start_provider(knobs: Knobs, cancel: &CancellationToken) -> (Provider, String) {
     let provider = Provider::new(knobs);
