@@ -183,7 +183,7 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
     // First life: the relay publishes the order's event, then dies before marking it.
     let mut crashing = env.clone();
     crashing.push(("BOXOFFICE_CRASH_AFTER_PUBLISH", "true".into()));
-    let mut service = spawn(&crashing).await;
+    let service = spawn(&crashing).await;
     let http = reqwest::Client::new();
     create_event(&http, &service.url, "ev", 10).await;
     let (status, order_id) = place(&http, &service.url, "ev", "fan", 3).await;

@@ -424,7 +424,7 @@ async fn sigterm_with_twenty_in_flight_drains_commits_and_exits_zero(pool: PgPoo
     let orders = seed_orders(&pool, 20, 1).await;
     produce_keyed_by_order(&topic, &orders).await;
     let db = database_url(&pool).await;
-    let mut worker = spawn_worker(
+    let worker = spawn_worker(
         &db,
         &topic,
         &group,
