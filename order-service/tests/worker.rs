@@ -133,6 +133,25 @@ async fn wait_consumed(topic: &str, group: &str, within: Duration) {
     }
 }
 
+/// Runs an in-process worker until its group has consumed the whole topic,
+/// then stops it and returns what it did.
+async fn consume_all(
+    config: WorkerConfig,
+    pool: &PgPool,
+    within: Duration,
+) -> order_service::worker::WorkerStats {
+    let (topic, group) = (config.topic.clone(), config.group.clone());
+    let cancel = CancellationToken::new();
+    let worker = tokio::spawn(order_service::worker::run(
+        config,
+        pool.clone(),
+        cancel.clone(),
+    ));
+    wait_consumed(&topic, &group, within).await;
+    cancel.cancel();
+    worker.await.unwrap().unwrap()
+}
+
 async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
@@ -149,15 +168,7 @@ async fn the_same_event_delivered_three_times_makes_one_ticket_set(pool: PgPool)
     for _ in 0..3 {
         produce(&producer, &topic, &order.order_id.to_string(), &payload).await;
     }
-    let cancel = CancellationToken::new();
-    let worker = tokio::spawn(order_service::worker::run(
-        config(&topic, &group),
-        pool.clone(),
-        cancel.clone(),
-    ));
-    wait_consumed(&topic, &group, Duration::from_secs(60)).await;
-    cancel.cancel();
-    let stats = worker.await.unwrap().unwrap();
+    let stats = consume_all(config(&topic, &group), &pool, Duration::from_secs(60)).await;
     assert_eq!((stats.issued, stats.duplicates), (1, 2), "{stats:?}");
     assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 3);
 }
@@ -181,15 +192,7 @@ async fn keys_run_in_parallel_but_each_key_in_order(pool: PgPool) {
     let mut config = config(&topic, &group);
     config.workers = Workers::Fixed(8);
     config.extra_service_ms = 30;
-    let cancel = CancellationToken::new();
-    let worker = tokio::spawn(order_service::worker::run(
-        config,
-        pool.clone(),
-        cancel.clone(),
-    ));
-    wait_consumed(&topic, &group, Duration::from_secs(90)).await;
-    cancel.cancel();
-    let stats = worker.await.unwrap().unwrap();
+    let stats = consume_all(config, &pool, Duration::from_secs(90)).await;
     assert_eq!(stats.issued, 150, "{stats:?}");
     assert!(
         stats.max_in_flight >= 4,
@@ -250,15 +253,7 @@ async fn a_poison_message_goes_to_the_dlq_and_its_partition_moves_on(pool: PgPoo
     produce(&producer, &topic, "poison", b"{ not json").await;
     produce(&producer, &topic, "b", &envelope(&orders[1]).1).await;
 
-    let cancel = CancellationToken::new();
-    let worker = tokio::spawn(order_service::worker::run(
-        config(&topic, &group),
-        pool.clone(),
-        cancel.clone(),
-    ));
-    wait_consumed(&topic, &group, Duration::from_secs(60)).await;
-    cancel.cancel();
-    let stats = worker.await.unwrap().unwrap();
+    let stats = consume_all(config(&topic, &group), &pool, Duration::from_secs(60)).await;
     assert_eq!((stats.issued, stats.dead_lettered), (2, 1), "{stats:?}");
     assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 4);
 
