@@ -7,6 +7,11 @@
 //! | `GET /admin/v1/events/{id}` | settings and live stats |
 //! | `DELETE /admin/v1/events/{id}/admissions/{fan}` | revoke a fan's admission: its access token stops working |
 //! | `GET /admin/v1/capacity?…` | Little's law: workers, partitions, spike backlog and drain time |
+//! | `GET /admin/v1/events` | every event: id, name, state |
+//! | `GET /admin/v1/events/{id}/history?since_ms=` | the dashboard's samples of the last minutes |
+//!
+//! Without the token: `GET /admin/` (the dashboard page, which asks for the
+//! token), its assets, `/healthz`, `/readyz`, `/metrics`.
 
 use std::collections::HashMap;
 
@@ -26,7 +31,7 @@ use chrono::{DateTime, Utc};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
-use crate::AppState;
+use crate::{dashboard, AppState};
 
 pub fn router(state: AppState) -> Router {
     let routes = Router::new()
@@ -39,14 +44,29 @@ pub fn router(state: AppState) -> Router {
             axum::routing::delete(revoke),
         )
         .route("/admin/v1/capacity", get(capacity))
+        .route("/admin/v1/events", get(dashboard::list_events))
+        .route(
+            "/admin/v1/events/{event_id}/history",
+            get(dashboard::history),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
+        .route("/admin/", get(dashboard::page))
+        .route(
+            "/admin",
+            get(|| async { axum::response::Redirect::permanent("/admin/") }),
+        )
+        .route("/admin/assets/{file}", get(dashboard::asset))
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/metrics",
             get(boxoffice_contract::telemetry::metrics_endpoint),
         )
         .route("/readyz", get(readyz));
-    boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
+    boxoffice_contract::problem::with_fallbacks(routes)
+        .with_state(state)
+        .layer(axum::middleware::from_fn(
+            boxoffice_contract::telemetry::observe,
+        ))
 }
 
 /// Compares in time independent of where the first difference is.
@@ -77,7 +97,7 @@ fn invalid(field: &str, rule: &str) -> Problem {
     )
 }
 
-fn redis_down(error: redis::RedisError) -> Problem {
+pub(crate) fn redis_down(error: redis::RedisError) -> Problem {
     tracing::error!(%error, "redis error");
     Problem::unavailable(
         "upstream-unavailable",
@@ -87,7 +107,7 @@ fn redis_down(error: redis::RedisError) -> Problem {
 }
 
 /// 422 unless the path's event id can live in a key and a URL.
-fn check_event_id(event_id: &str) -> Result<(), Problem> {
+pub(crate) fn check_event_id(event_id: &str) -> Result<(), Problem> {
     if valid_event_id(event_id) {
         Ok(())
     } else {
@@ -440,7 +460,7 @@ async fn get_event(
 }
 
 /// Reads settings and stats from Redis and seats from the order service.
-async fn view(state: &AppState, event_id: &str) -> Result<EventView, Problem> {
+pub(crate) async fn view(state: &AppState, event_id: &str) -> Result<EventView, Problem> {
     let keys = EventKeys::new(&state.config.redis_prefix, event_id);
     let mut redis = state.redis.clone();
     let now = now_ms();

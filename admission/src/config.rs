@@ -9,6 +9,9 @@ use clap::{Args, Parser, Subcommand};
     about = "BoxOffice admission loop and admin API"
 )]
 pub struct Cli {
+    /// Write logs as JSON lines, with the fields of every enclosing span.
+    #[arg(long, global = true, env = "BOXOFFICE_LOG_JSON")]
+    pub log_json: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -59,6 +62,12 @@ pub struct Config {
     /// How long a leader's lease lasts without renewal; a standby takes over after it.
     #[arg(long, env = "BOXOFFICE_LEASE_MS", default_value_t = 1_000)]
     pub lease_ms: u64,
+    /// How often the dashboard samples every event (and the order pipeline).
+    #[arg(long, env = "BOXOFFICE_SAMPLE_MS", default_value_t = 1_000)]
+    pub sample_ms: u64,
+    /// How many samples per event the dashboard keeps (600 × 1 s = 10 minutes).
+    #[arg(long, env = "BOXOFFICE_HISTORY_SAMPLES", default_value_t = 600)]
+    pub history_samples: usize,
     /// This replica's name in the lease; defaults to host name and process id.
     #[arg(long, env = "BOXOFFICE_REPLICA_ID")]
     pub replica: Option<String>,

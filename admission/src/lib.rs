@@ -6,6 +6,7 @@
 //! - [`adaptive`]: AIMD on the rate from order latency, outbox backlog and consumer lag.
 //! - [`api`]: the admin API (`/admin/v1/...`), behind the admin bearer token.
 //! - [`cli`]: `admission event …` and `admission capacity …`, clients of the admin API.
+//! - [`dashboard`]: the ops dashboard at `/admin/` and the samples it charts.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
 
@@ -14,6 +15,7 @@ pub mod admitter;
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod dashboard;
 
 use std::sync::Arc;
 
@@ -32,6 +34,8 @@ pub struct AppState {
     pub http: reqwest::Client,
     /// This replica's name in the admission leases.
     pub replica: String,
+    /// The dashboard's last minutes of every event.
+    pub history: Arc<dashboard::History>,
 }
 
 impl AppState {
@@ -42,6 +46,7 @@ impl AppState {
         let replica = config.replica_id();
         Ok(Self {
             redis,
+            history: Arc::new(dashboard::History::new(config.history_samples)),
             config: Arc::new(config),
             http,
             replica,
@@ -73,6 +78,11 @@ pub async fn serve(
     };
     let adapt_task =
         tokio::spawn(controller.run(std::time::Duration::from_secs(1), cancel.clone()));
+    let sample_task = tokio::spawn(dashboard::run_sampler(
+        state.clone(),
+        std::time::Duration::from_millis(state.config.sample_ms.max(50)),
+        cancel.clone(),
+    ));
     let server_cancel = cancel.clone();
     axum::serve(listener, api::router(state))
         .with_graceful_shutdown(async move {
@@ -83,5 +93,6 @@ pub async fn serve(
     cancel.cancel();
     loop_task.await?;
     adapt_task.await?;
+    sample_task.await?;
     Ok(())
 }

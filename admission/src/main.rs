@@ -5,8 +5,9 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    boxoffice_contract::telemetry::init();
-    let printed = match Cli::parse().command {
+    let cli = Cli::parse();
+    boxoffice_contract::telemetry::init(cli.log_json);
+    let printed = match cli.command {
         Command::Serve(config) => {
             let client = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
             let redis = redis::aio::ConnectionManager::new(client)

@@ -9,7 +9,8 @@
 //! - [`event`]: an event's settings as stored in Redis, and its lifecycle state.
 //! - [`keys`]: the Redis key layout, one hash tag per event.
 //! - [`shutdown`]: the SIGTERM/SIGINT future every binary hands to its server.
-//! - [`telemetry`]: one tracing setup for every binary.
+//! - [`telemetry`]: logs, the HTTP span and metrics, `/metrics`, the same in every binary.
+//! - [`trace`]: W3C `traceparent`, so one purchase is one trace across services and Kafka.
 #![forbid(unsafe_code)]
 
 pub mod capacity;
@@ -22,5 +23,6 @@ pub mod schema;
 pub mod shutdown;
 pub mod telemetry;
 pub mod token;
+pub mod trace;
 
 pub use problem::Problem;

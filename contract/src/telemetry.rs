@@ -1,22 +1,56 @@
-//! One tracing setup for every binary: `RUST_LOG` filters, `--log-json` is left
-//! for the telemetry issue.
+//! Logs, traces and metrics, the same way in every binary.
+//!
+//! - [`init`]: `RUST_LOG` filters; `--log-json` writes one JSON object a line,
+//!   with the fields of every enclosing span (`request_id`, `trace_id`, …).
+//! - [`observe`]: the HTTP middleware every service wraps its routes in: the
+//!   request's span (with its W3C trace id), `boxoffice_http_requests_total`
+//!   and `boxoffice_http_request_duration_seconds`, and the `traceparent` of
+//!   the request's trace on the answer.
+//! - [`prometheus`] / [`metrics_endpoint`]: the process's recorder and `/metrics`.
 
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
-pub fn init() {
+use crate::trace::{TraceContext, TRACEPARENT};
+
+/// Installs the process's log subscriber (a second call is a no-op, so tests
+/// starting several services in one process may all call it).
+pub fn init(json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // A second init (tests starting several services) is harmless.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = if json {
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init()
+    } else {
+        builder.try_init()
+    };
 }
+
+/// Histogram buckets (seconds) of every `*_seconds` histogram: 1 ms to 30 s.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 /// The process's Prometheus recorder, installed on first use. Every service
 /// serves `render()` at `/metrics`; several services in one test process
 /// share it, which is harmless.
-pub fn prometheus() -> &'static metrics_exporter_prometheus::PrometheusHandle {
-    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
-        std::sync::OnceLock::new();
+pub fn prometheus() -> &'static PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
     HANDLE.get_or_init(|| {
-        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+            .expect("non-empty buckets")
+            .build_recorder();
         let handle = recorder.handle();
         if metrics::set_global_recorder(recorder).is_err() {
             tracing::warn!(
@@ -36,4 +70,80 @@ pub async fn metrics_endpoint() -> impl axum::response::IntoResponse {
         )],
         prometheus().render(),
     )
+}
+
+/// The route a response was produced by, for middleware that runs before
+/// routing (the gateway's edge layers): [`mark_route`] puts it on the response.
+#[derive(Clone)]
+struct RouteOf(MatchedPath);
+
+/// Inner half of [`observe`] where `observe` wraps more than a router: copies
+/// the matched route onto the response.
+pub async fn mark_route(request: Request, next: Next) -> Response {
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let mut response = next.run(request).await;
+    if let Some(matched) = matched {
+        response.extensions_mut().insert(RouteOf(matched));
+    }
+    response
+}
+
+/// The span, the trace context, the HTTP metrics. Handlers find the request's
+/// [`TraceContext`] in its extensions (and hand `cx.child()` downstream).
+pub async fn observe(mut request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let cx = TraceContext::continue_or_start(
+        request
+            .headers()
+            .get(TRACEPARENT)
+            .and_then(|v| v.to_str().ok()),
+    );
+    request.extensions_mut().insert(cx);
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned());
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id = %request
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+        trace_id = %cx.trace_id_hex(),
+    );
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let route = route
+        .or_else(|| {
+            response
+                .extensions()
+                .get::<RouteOf>()
+                .map(|r| r.0.as_str().to_owned())
+        })
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let status = response.status();
+    let elapsed = started.elapsed();
+    if status.is_server_error() {
+        span.in_scope(|| {
+            tracing::warn!(
+                status = status.as_u16(),
+                ?elapsed,
+                "answered with a server error"
+            )
+        });
+    }
+    metrics::counter!(
+        "boxoffice_http_requests_total",
+        "route" => route.clone(),
+        "status" => status.as_str().to_owned()
+    )
+    .increment(1);
+    metrics::histogram!("boxoffice_http_request_duration_seconds", "route" => route)
+        .record(elapsed.as_secs_f64());
+    if let Ok(value) = HeaderValue::from_str(&cx.to_string()) {
+        response.headers_mut().insert(TRACEPARENT, value);
+    }
+    response
 }

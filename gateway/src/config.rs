@@ -9,6 +9,9 @@ use clap::Parser;
     about = "BoxOffice edge: public API and fan page"
 )]
 pub struct Config {
+    /// Write logs as JSON lines, with the fields of every enclosing span.
+    #[arg(long, env = "BOXOFFICE_LOG_JSON")]
+    pub log_json: bool,
     #[arg(long, env = "GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]

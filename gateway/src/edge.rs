@@ -1,8 +1,12 @@
 //! The gateway's protective layers, outermost first:
 //!
-//! 1. request id: every request gets an `x-request-id` (or keeps the caller's),
-//!    echoed in the answer, recorded on the request's log span (`request_id`)
-//!    and sent on to the order service, which records it too;
+//! 1. request id and trace: every request gets an `x-request-id` (or keeps the
+//!    caller's), echoed in the answer, and a W3C trace context (the caller's
+//!    `traceparent`, or a new trace); both are recorded on the request's log
+//!    span (`request_id`, `trace_id`) and sent on to the order service. The
+//!    same layer counts `boxoffice_http_requests_total{route,status}` and times
+//!    `boxoffice_http_request_duration_seconds`, so answers of the layers
+//!    below (429, 503) are counted too;
 //! 2. per-IP rate limit (`tower_governor`): past the quota, 429 `rate-limited`
 //!    with `Retry-After`, before any work is done;
 //! 3. load shedding: at most `max_in_flight` requests are handled at once; the
@@ -20,13 +24,12 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{BoxError, Router};
-use boxoffice_contract::Problem;
+use boxoffice_contract::{telemetry, Problem};
 use tower::ServiceBuilder;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::PeerIpKeyExtractor;
 use tower_governor::{GovernorError, GovernorLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
 
 use crate::Config;
 
@@ -43,29 +46,18 @@ pub fn protect(routes: Router, config: &Config) -> Router {
     let protected = ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(axum::middleware::from_fn(telemetry::observe))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
         .layer(HandleErrorLayer::new(shed))
         .load_shed()
         .concurrency_limit(config.max_in_flight.max(1))
         .timeout(Duration::from_millis(config.request_timeout_ms))
-        .service(routes.layer(DefaultBodyLimit::max(config.body_limit_bytes)));
+        .service(
+            routes
+                .layer(axum::middleware::from_fn(telemetry::mark_route))
+                .layer(DefaultBodyLimit::max(config.body_limit_bytes)),
+        );
     Router::new().fallback_service(protected)
-}
-
-/// The span every log line of a request is written in.
-pub fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
-    let id = request
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    tracing::info_span!(
-        "request",
-        method = %request.method(),
-        path = %request.uri().path(),
-        request_id = %id
-    )
 }
 
 fn rate_limited(error: GovernorError) -> Response {
@@ -134,7 +126,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn log_lines_of_a_request_carry_its_request_id() {
+    async fn log_lines_of_a_request_carry_its_request_id_and_trace_id() {
         let sink = Sink::default();
         let writer = sink.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -153,17 +145,30 @@ mod tests {
         )));
         let request = Request::get("/hello")
             .header("x-request-id", "req-42")
+            .header(
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            )
             .body(Body::empty())
             .unwrap();
         let _guard = tracing::subscriber::set_default(subscriber);
         let response = app.oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()["x-request-id"], "req-42");
+        let answered = response.headers()["traceparent"].to_str().unwrap();
+        assert!(
+            answered.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+            "{answered}"
+        );
         let logs = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         let line = logs
             .lines()
             .find(|l| l.contains("handling hello"))
             .unwrap_or_else(|| panic!("no log line: {logs}"));
         assert!(line.contains("request_id=req-42"), "{line}");
+        assert!(
+            line.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736"),
+            "{line}"
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! `GET /v1/events/{id}`, `GET /.well-known/jwks.json`, the fan page at `/`, health.
+//! `GET /v1/events/{id}`, `GET /.well-known/jwks.json`, the fan page at `/`,
+//! `/healthz`, `/readyz` and `/metrics`.
 
 use std::collections::HashMap;
 
@@ -22,6 +23,10 @@ pub fn router() -> Router<AppState> {
         .route("/", get(fan_page))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route(
+            "/metrics",
+            get(boxoffice_contract::telemetry::metrics_endpoint),
+        )
 }
 
 pub fn unknown_event() -> Problem {

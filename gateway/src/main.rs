@@ -10,8 +10,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    boxoffice_contract::telemetry::init();
     let config = Config::parse();
+    boxoffice_contract::telemetry::init(config.log_json);
     let keys = KeySet::from_files(
         &config.issuer,
         &config.signing_key,

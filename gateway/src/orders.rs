@@ -13,6 +13,7 @@ use axum::Router;
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::EventKeys;
 use boxoffice_contract::token::{now_s, Claims, KeySet, TokenError, TokenUse, LEEWAY_S};
+use boxoffice_contract::trace::{TraceContext, TRACEPARENT};
 use boxoffice_contract::Problem;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -103,6 +104,7 @@ async fn buy(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
     Extension(claims): Extension<Claims>,
+    trace: Option<Extension<TraceContext>>,
     headers: HeaderMap,
     Json(request): Json<BuyRequest>,
 ) -> Result<Response, Problem> {
@@ -174,6 +176,10 @@ async fn buy(
         .client()
         .post(state.upstream.url("/internal/orders"))
         .header("x-request-id", request_id)
+        .header(
+            TRACEPARENT,
+            trace.map_or_else(TraceContext::root, |t| t.child()).to_string(),
+        )
         .json(&serde_json::json!({
             "order_id": order_id, "event_id": event_id, "fan_id": claims.sub, "quantity": request.quantity,
         }));

@@ -273,7 +273,7 @@ async fn relay_events_per_s(pool: &PgPool, events: usize) {
 
 #[tokio::main]
 async fn main() {
-    boxoffice_contract::telemetry::init();
+    boxoffice_contract::telemetry::init(false);
     let admin: PgConnectOptions = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
         .parse()

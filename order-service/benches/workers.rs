@@ -132,7 +132,7 @@ async fn run(pool: &PgPool, brokers: &str, messages: usize, workers: usize, serv
 
 #[tokio::main]
 async fn main() {
-    boxoffice_contract::telemetry::init();
+    boxoffice_contract::telemetry::init(false);
     let admin: PgConnectOptions = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
         .parse()

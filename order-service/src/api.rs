@@ -11,13 +11,14 @@
 //! | `GET /internal/health` | order latency p95, outbox backlog and age, consumer lag |
 //! | `GET /metrics` | Prometheus: `boxoffice_orders_total{status}`, `boxoffice_outbox_backlog`, `boxoffice_outbox_oldest_age_seconds`, payment calls |
 
-use axum::extract::State;
+use axum::extract::{Extension, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::valid_event_id;
+use boxoffice_contract::trace::TraceContext;
 use boxoffice_contract::Problem;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -41,19 +42,10 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz));
     boxoffice_contract::problem::with_fallbacks(routes)
         .with_state(state)
-        // The gateway's x-request-id, on every log line of the request.
-        .layer(
-            tower_http::trace::TraceLayer::new_for_http().make_span_with(
-                |request: &axum::http::Request<_>| {
-                    let id = request
-                        .headers()
-                        .get("x-request-id")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("");
-                    tracing::info_span!("request", path = %request.uri().path(), request_id = %id)
-                },
-            ),
-        )
+        // The gateway's x-request-id and trace, on every log line of the request.
+        .layer(axum::middleware::from_fn(
+            boxoffice_contract::telemetry::observe,
+        ))
 }
 
 impl From<StoreError> for Problem {
@@ -202,6 +194,7 @@ impl OrderView {
 
 async fn place_order(
     State(state): State<AppState>,
+    trace: Option<Extension<TraceContext>>,
     Json(req): Json<PlaceOrder>,
 ) -> Result<Response, Problem> {
     check_event_id(&req.event_id)?;
@@ -219,6 +212,7 @@ async fn place_order(
         &req.fan_id,
         req.quantity,
         state.config.reservation_ttl_s,
+        trace.map(|t| t.to_string()).as_deref(),
     )
     .await?;
     match placed {
@@ -283,37 +277,35 @@ async fn get_tickets(
     }
 }
 
-/// Order latency, outbox backlog and consumer lag (`null` when the broker does not answer in time).
+#[derive(Debug, Deserialize)]
+struct HealthQuery {
+    event_id: Option<String>,
+}
+
+/// Order latency, outbox backlog, consumer lag and DLQ depth (`null` when
+/// the broker does not answer in time), order outcomes (of `?event_id=`).
 async fn pipeline_health(
     State(state): State<AppState>,
+    Query(query): Query<HealthQuery>,
 ) -> Result<axum::Json<health::Health>, Problem> {
-    let mut report = health::database(&state.pool)
+    let mut report = health::database(&state.pool, query.event_id.as_deref())
         .await
         .map_err(StoreError::Db)?;
-    let (brokers, group, topic) = (
-        state.config.kafka_brokers.clone(),
-        state.config.worker_group.clone(),
-        state.config.topic.clone(),
-    );
-    let lag = tokio::task::spawn_blocking(move || {
-        health::partition_lag(&brokers, &group, &topic, std::time::Duration::from_secs(2))
-    })
-    .await;
-    report.consumer_lag = match lag {
-        Ok(Ok(partitions)) => Some(partitions.iter().map(|(_, lag)| lag).sum()),
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "cannot read the consumer lag");
-            None
-        }
-        Err(_) => None,
-    };
+    let (lag, dlq) = tokio::join!(state.broker.lag(), state.broker.dlq_depth());
+    report.consumer_lag = lag
+        .inspect_err(|error| tracing::warn!(%error, "cannot read the consumer lag"))
+        .ok()
+        .map(|partitions| partitions.iter().map(|(_, lag)| lag).sum());
+    report.dlq_messages = dlq
+        .inspect_err(|error| tracing::warn!(%error, "cannot read the DLQ depth"))
+        .ok();
     Ok(axum::Json(report))
 }
 
 /// `GET /metrics`; the outbox gauges are read from Postgres at scrape time,
 /// so they are as fresh as the scrape.
 async fn metrics(State(state): State<AppState>) -> Response {
-    match health::database(&state.pool).await {
+    match health::database(&state.pool, None).await {
         Ok(report) => {
             metrics::gauge!("boxoffice_outbox_backlog").set(report.outbox_backlog as f64);
             metrics::gauge!("boxoffice_outbox_oldest_age_seconds").set(report.outbox_oldest_age_s);
@@ -325,15 +317,20 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// Ready when Postgres, Redis and the broker all answer.
 async fn readyz(State(state): State<AppState>) -> Response {
-    let db = sqlx::query("SELECT 1").execute(&state.pool).await.is_ok();
-    let redis = state.stock.ping().await;
-    if db && redis {
+    let (db, redis, broker) = tokio::join!(
+        sqlx::query("SELECT 1").execute(&state.pool),
+        state.stock.ping(),
+        state.broker.reachable()
+    );
+    let db = db.is_ok();
+    if db && redis && broker {
         "ready".into_response()
     } else {
         Problem::unavailable(
             "not-ready",
-            format!("postgres up: {db}, redis up: {redis}"),
+            format!("postgres up: {db}, redis up: {redis}, broker up: {broker}"),
             1,
         )
         .into_response()

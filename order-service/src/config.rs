@@ -10,6 +10,9 @@ use clap::{Args, Parser, Subcommand};
     about = "BoxOffice order saga, outbox relay and ticket workers"
 )]
 pub struct Cli {
+    /// Write logs as JSON lines, with the fields of every enclosing span.
+    #[arg(long, global = true, env = "BOXOFFICE_LOG_JSON")]
+    pub log_json: bool,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -1,6 +1,9 @@
 //! How the purchase pipeline is doing, for adaptive admission and for ops:
-//! order latency, the outbox backlog and the ticket workers' consumer lag.
+//! order latency, the outbox backlog, the ticket workers' consumer lag, the
+//! dead-letter topic's depth and order outcomes.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -8,7 +11,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Health {
     /// 95th percentile of placed → confirmed over the last minute; `None` without orders.
     pub order_latency_p95_ms: Option<f64>,
@@ -18,9 +21,15 @@ pub struct Health {
     pub outbox_oldest_age_s: f64,
     /// Messages on the order topic the ticket workers have not committed; `None` if the broker did not say.
     pub consumer_lag: Option<i64>,
+    /// Messages in the dead-letter topic; `None` if the broker did not say.
+    #[serde(default)]
+    pub dlq_messages: Option<i64>,
+    /// Orders by status (of one event when asked with `?event_id=`).
+    #[serde(default)]
+    pub orders: BTreeMap<String, i64>,
 }
 
-pub async fn database(pool: &PgPool) -> sqlx::Result<Health> {
+pub async fn database(pool: &PgPool, event_id: Option<&str>) -> sqlx::Result<Health> {
     let (backlog, oldest): (i64, Option<f64>) = sqlx::query_as(
         "SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
          FROM outbox WHERE published_at IS NULL",
@@ -33,27 +42,104 @@ pub async fn database(pool: &PgPool) -> sqlx::Result<Health> {
     )
     .fetch_one(pool)
     .await?;
+    let orders: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT status, count(*) FROM orders WHERE $1::text IS NULL OR event_id = $1 GROUP BY status",
+    )
+    .bind(event_id)
+    .fetch_all(pool)
+    .await?;
     Ok(Health {
         order_latency_p95_ms: p95,
         outbox_backlog: backlog,
         outbox_oldest_age_s: oldest.unwrap_or(0.0),
         consumer_lag: None,
+        dlq_messages: None,
+        orders: orders.into_iter().collect(),
     })
+}
+
+/// One broker client per process for the consumer lag, the DLQ depth and
+/// readiness (a client per call would cost a connection and threads each time).
+/// Its calls block; they run on the blocking pool.
+#[derive(Clone)]
+pub struct BrokerProbe {
+    consumer: Arc<BaseConsumer>,
+    topic: String,
+    group: String,
+    timeout: Duration,
+}
+
+impl BrokerProbe {
+    /// `group` is the ticket workers' consumer group whose commits the lag is read from.
+    pub fn new(brokers: &str, group: &str, topic: &str) -> anyhow::Result<Self> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()?;
+        Ok(Self {
+            consumer: Arc::new(consumer),
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            timeout: Duration::from_secs(2),
+        })
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Whether the broker answers a metadata request within a second.
+    pub async fn reachable(&self) -> bool {
+        let consumer = self.consumer.clone();
+        tokio::task::spawn_blocking(move || {
+            consumer
+                .fetch_metadata(None, Duration::from_secs(1))
+                .is_ok()
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Per partition of the order topic: high watermark − the group's committed offset.
+    pub async fn lag(&self) -> anyhow::Result<Vec<(i32, i64)>> {
+        let (consumer, topic, timeout) = (self.consumer.clone(), self.topic.clone(), self.timeout);
+        tokio::task::spawn_blocking(move || partition_lag(&consumer, &topic, timeout)).await?
+    }
+
+    /// Messages held by the dead-letter topic `{topic}.dlq` (0 when it does not exist yet).
+    pub async fn dlq_depth(&self) -> anyhow::Result<i64> {
+        let (consumer, topic, timeout) = (
+            self.consumer.clone(),
+            format!("{}.dlq", self.topic),
+            self.timeout,
+        );
+        tokio::task::spawn_blocking(move || {
+            let metadata = consumer.fetch_metadata(Some(&topic), timeout)?;
+            let mut depth = 0;
+            for t in metadata.topics().iter().filter(|t| t.error().is_none()) {
+                for p in t.partitions() {
+                    let (low, high) = consumer.fetch_watermarks(&topic, p.id(), timeout)?;
+                    depth += (high - low).max(0);
+                }
+            }
+            Ok(depth)
+        })
+        .await?
+    }
 }
 
 /// Per partition: high watermark − the group's committed offset (the whole
 /// partition when nothing is committed yet). Blocking; run it off the runtime.
 pub fn partition_lag(
-    brokers: &str,
-    group: &str,
+    consumer: &BaseConsumer,
     topic: &str,
     timeout: Duration,
 ) -> anyhow::Result<Vec<(i32, i64)>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
     let partitions: Vec<i32> = metadata
         .topics()

@@ -45,6 +45,8 @@ pub struct AppState {
     pub config: Arc<ServeConfig>,
     pub payments: payments::client::PaymentClient,
     pub tickets: tickets::TicketStore,
+    /// Consumer lag, DLQ depth and broker readiness.
+    pub broker: health::BrokerProbe,
     /// Wakes the saga runners when an order is placed, so they need not poll fast.
     pub saga_wakeup: Arc<tokio::sync::Notify>,
 }
@@ -60,6 +62,11 @@ impl AppState {
             stock: stock::StockView::new(redis, &config.redis_prefix),
             payments: payments::client::PaymentClient::new(config.payment.clone())?,
             tickets: tickets::TicketStore::local(&config.ticket_store)?,
+            broker: health::BrokerProbe::new(
+                &config.kafka_brokers,
+                &config.worker_group,
+                &config.topic,
+            )?,
             config: Arc::new(config),
             saga_wakeup: Arc::default(),
         })

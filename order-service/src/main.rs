@@ -6,8 +6,9 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    boxoffice_contract::telemetry::init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    boxoffice_contract::telemetry::init(cli.log_json);
+    match cli.command {
         Command::Serve(config) => {
             let pool = connect_db(&config.database_url, config.db_connections).await?;
             let redis = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
@@ -32,7 +33,12 @@ async fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(&config.listen)
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;
-            let health = order_service::worker::health_router(pool.clone());
+            let broker = order_service::health::BrokerProbe::new(
+                &config.kafka_brokers,
+                &config.group,
+                &config.topic,
+            )?;
+            let health = order_service::worker::health_router(pool.clone(), broker);
             let stop = cancel.clone();
             tokio::spawn(async move {
                 axum::serve(listener, health)

@@ -16,6 +16,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use boxoffice_contract::trace::TRACEPARENT;
 use futures::future::try_join_all;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -53,6 +54,8 @@ struct Row {
     aggregate_id: String,
     event_type: String,
     payload: serde_json::Value,
+    /// The purchase's W3C trace context, sent on as the `traceparent` header.
+    traceparent: Option<String>,
 }
 
 /// Relays until cancelled. Errors are logged and retried with a pause.
@@ -94,7 +97,7 @@ pub async fn relay_batch(
     let started = std::time::Instant::now();
     let mut tx = pool.begin().await?;
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, aggregate_id, event_type, payload FROM outbox
+        "SELECT id, aggregate_id, event_type, payload, traceparent FROM outbox
          WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(config.batch)
@@ -110,7 +113,7 @@ pub async fn relay_batch(
         .collect::<Result<_, _>>()?;
     // Sends are queued in id order; the idempotent producer keeps that order per partition.
     let sends = rows.iter().zip(&bodies).map(|(row, body)| {
-        let headers = OwnedHeaders::new()
+        let mut headers = OwnedHeaders::new()
             .insert(Header {
                 key: "ce_type",
                 value: Some(row.event_type.as_str()),
@@ -119,6 +122,12 @@ pub async fn relay_batch(
                 key: "content-type",
                 value: Some("application/cloudevents+json"),
             });
+        if let Some(traceparent) = &row.traceparent {
+            headers = headers.insert(Header {
+                key: TRACEPARENT,
+                value: Some(traceparent.as_str()),
+            });
+        }
         let record = FutureRecord::to(&config.topic)
             .key(row.aggregate_id.as_bytes())
             .payload(body.as_slice())

@@ -21,7 +21,9 @@
 use std::time::Duration;
 
 use boxoffice_contract::envelope::{CloudEvent, OrderConfirmed, ORDER_CONFIRMED_V1};
+use boxoffice_contract::trace::TraceContext;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::payments::client::PaymentError;
 use crate::payments::{Charge, ChargeStatus};
@@ -139,25 +141,36 @@ pub async fn advance_one(state: &AppState) -> Result<bool, StoreError> {
         order,
         hold_expired,
         attempts,
+        traceparent,
     } = claimed;
-    let key = order.order_id.to_string();
-    match Step::next(&order.status, hold_expired) {
-        Some(Step::Charge) => {
-            let result = state.payments.charge(&key, order.amount_cents).await;
-            let mut decision = Decision::after_charge(&result);
-            if decision == Decision::Reconcile {
-                tracing::info!(order_id = %order.order_id, error = ?result.err(), "charge outcome unknown; reconciling by key");
-                decision = Decision::after_lookup(&state.payments.lookup(&key).await);
+    let trace = TraceContext::continue_or_start(traceparent.as_deref());
+    let span = tracing::info_span!(
+        "saga",
+        order_id = %order.order_id,
+        trace_id = %trace.trace_id_hex()
+    );
+    async {
+        let key = order.order_id.to_string();
+        match Step::next(&order.status, hold_expired) {
+            Some(Step::Charge) => {
+                let result = state.payments.charge(&key, order.amount_cents).await;
+                let mut decision = Decision::after_charge(&result);
+                if decision == Decision::Reconcile {
+                    tracing::info!(error = ?result.err(), "charge outcome unknown; reconciling by key");
+                    decision = Decision::after_lookup(&state.payments.lookup(&key).await);
+                }
+                apply(state, &order, decision, attempts).await
             }
-            apply(state, &order, decision, attempts).await?;
+            Some(Step::Sweep) => {
+                let decision = Decision::after_void(&state.payments.void(&key).await);
+                apply(state, &order, decision, attempts).await
+            }
+            Some(Step::SellAndConfirm) => sell_and_confirm(state, &order).await,
+            None => Ok(()),
         }
-        Some(Step::Sweep) => {
-            let decision = Decision::after_void(&state.payments.void(&key).await);
-            apply(state, &order, decision, attempts).await?;
-        }
-        Some(Step::SellAndConfirm) => sell_and_confirm(state, &order).await?,
-        None => {}
     }
+    .instrument(span)
+    .await?;
     Ok(true)
 }
 

@@ -136,6 +136,7 @@ pub async fn place_order(
     fan_id: &str,
     quantity: i32,
     hold_s: i64,
+    traceparent: Option<&str>,
 ) -> Result<Placed, StoreError> {
     if let Some((existing, _)) = order(pool, order_id).await? {
         return Ok(Placed::Existing(existing));
@@ -160,8 +161,8 @@ pub async fn place_order(
         return Ok(Placed::SoldOut(self::stock(pool, event_id).await?));
     };
     let inserted: Option<Order> = sqlx::query_as(
-        "INSERT INTO orders (order_id, event_id, fan_id, quantity, amount_cents, status, hold_expires_at)
-         VALUES ($1, $2, $3, $4, $5, 'reserved', now() + make_interval(secs => $6))
+        "INSERT INTO orders (order_id, event_id, fan_id, quantity, amount_cents, status, hold_expires_at, traceparent)
+         VALUES ($1, $2, $3, $4, $5, 'reserved', now() + make_interval(secs => $6), $7)
          ON CONFLICT (order_id) DO NOTHING
          RETURNING order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat",
     )
@@ -171,6 +172,7 @@ pub async fn place_order(
     .bind(quantity)
     .bind(price * i64::from(quantity))
     .bind(hold_s as f64)
+    .bind(traceparent)
     .fetch_optional(&mut *tx)
     .await?;
     match inserted {
@@ -198,6 +200,8 @@ pub struct Claimed {
     pub hold_expired: bool,
     /// Claims so far, this one included.
     pub attempts: i32,
+    /// The purchase's W3C trace context, when the order was placed with one.
+    pub traceparent: Option<String>,
 }
 
 /// Claims the unfinished order that has been due longest, under a lease: no
@@ -217,7 +221,7 @@ pub async fn claim_due(
                AND (next_attempt_at IS NULL OR next_attempt_at <= now())
              ORDER BY next_attempt_at NULLS FIRST LIMIT 1 FOR UPDATE SKIP LOCKED)
          RETURNING order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat,
-                   coalesce(hold_expires_at <= now(), false) AS hold_expired, attempts",
+                   coalesce(hold_expires_at <= now(), false) AS hold_expired, attempts, traceparent",
     )
     .bind(lease.as_secs_f64())
     .fetch_optional(pool)
@@ -393,12 +397,13 @@ pub async fn confirm(
     .execute(&mut **tx)
     .await?;
     sqlx::query(
-        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-         VALUES ('order', $1, $2, $3)",
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, traceparent)
+         VALUES ('order', $1, $2, $3, (SELECT traceparent FROM orders WHERE order_id = $4))",
     )
     .bind(order_id.to_string())
     .bind(event_type)
     .bind(payload)
+    .bind(order_id)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -241,12 +241,10 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
     ));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
-        let (brokers, group, topic) = (brokers(), group.clone(), topic.clone());
-        let lag = tokio::task::spawn_blocking(move || {
-            order_service::health::partition_lag(&brokers, &group, &topic, Duration::from_secs(2))
-        })
-        .await
-        .unwrap();
+        let lag = order_service::health::BrokerProbe::new(&brokers(), &group, &topic)
+            .unwrap()
+            .lag()
+            .await;
         let done = matches!(&lag, Ok(partitions) if partitions.iter().all(|(_, lag)| *lag == 0));
         if done && count(&pool, "SELECT count(*) FROM tickets").await == 3 {
             break;

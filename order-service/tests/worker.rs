@@ -116,12 +116,10 @@ async fn produce_keyed_by_order(topic: &str, orders: &[OrderConfirmed]) {
 async fn wait_consumed(topic: &str, group: &str, within: Duration) {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let (brokers, group, topic) = (brokers(), group.to_owned(), topic.to_owned());
-        let lag = tokio::task::spawn_blocking(move || {
-            order_service::health::partition_lag(&brokers, &group, &topic, Duration::from_secs(2))
-        })
-        .await
-        .unwrap();
+        let lag = order_service::health::BrokerProbe::new(&brokers(), &group, &topic)
+            .unwrap()
+            .lag()
+            .await;
         if matches!(&lag, Ok(p) if !p.is_empty() && p.iter().all(|(_, lag)| *lag == 0)) {
             return;
         }

@@ -60,7 +60,7 @@ impl Stack {
         connect: PgConnectOptions,
         pipeline: bool,
     ) -> Self {
-        boxoffice_contract::telemetry::init();
+        boxoffice_contract::telemetry::init(false);
         let pool = pool_options
             .max_connections(20)
             .connect_with(connect)

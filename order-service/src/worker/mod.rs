@@ -56,8 +56,9 @@ pub enum Outcome {
     Duplicate,
 }
 
-/// `/healthz`, `/readyz` (ready while Postgres answers) and `/metrics` of a worker process.
-pub fn health_router(pool: PgPool) -> axum::Router {
+/// `/healthz`, `/readyz` (ready while Postgres and the broker answer) and
+/// `/metrics` of a worker process.
+pub fn health_router(pool: PgPool, broker: crate::health::BrokerProbe) -> axum::Router {
     use axum::response::IntoResponse;
     axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
@@ -68,17 +69,24 @@ pub fn health_router(pool: PgPool) -> axum::Router {
         .route(
             "/readyz",
             axum::routing::get(move || async move {
-                match sqlx::query("SELECT 1").execute(&pool).await {
-                    Ok(_) => "ready".into_response(),
-                    Err(_) => boxoffice_contract::Problem::unavailable(
+                let (db, broker) =
+                    tokio::join!(sqlx::query("SELECT 1").execute(&pool), broker.reachable());
+                let db = db.is_ok();
+                if db && broker {
+                    "ready".into_response()
+                } else {
+                    boxoffice_contract::Problem::unavailable(
                         "not-ready",
-                        "postgres is unreachable",
+                        format!("postgres up: {db}, broker up: {broker}"),
                         1,
                     )
-                    .into_response(),
+                    .into_response()
                 }
             }),
         )
+        .layer(axum::middleware::from_fn(
+            boxoffice_contract::telemetry::observe,
+        ))
 }
 
 /// What issuing tickets needs besides the database.

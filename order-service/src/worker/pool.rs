@@ -23,6 +23,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use boxoffice_contract::trace::{TraceContext, TRACEPARENT};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
@@ -252,11 +253,18 @@ enum Ended {
 impl Handler {
     async fn run(&self, message: &OwnedMessage) -> Ended {
         use tracing::Instrument;
+        // The purchase's trace continues here (a new one if the relay sent none).
+        let trace = TraceContext::continue_or_start(dlq::header(message, TRACEPARENT));
         let span = tracing::info_span!(
             "message",
             topic = message.topic(),
             partition = message.partition(),
-            offset = message.offset()
+            offset = message.offset(),
+            key = message
+                .key()
+                .and_then(|k| std::str::from_utf8(k).ok())
+                .unwrap_or(""),
+            trace_id = %trace.trace_id_hex()
         );
         self.handle_with_retries(message).instrument(span).await
     }
@@ -364,7 +372,9 @@ pub async fn run(
         retries: config.retries,
         cancel: cancel.clone(),
     };
-    let lag = tokio::spawn(report_lag(config.clone(), cancel.clone()));
+    let probe =
+        crate::health::BrokerProbe::new(&config.kafka_brokers, &config.group, &config.topic)?;
+    let lag = tokio::spawn(report_lag(probe, cancel.clone()));
 
     let mut size = match config.workers {
         Workers::Fixed(n) => n,
@@ -376,6 +386,10 @@ pub async fn run(
         ),
     };
     metrics::gauge!("boxoffice_worker_pool_size").set(size as f64);
+    // Shown at 0 from the start, so "DLQ > 0" alerts have a series to watch.
+    for class in [ErrorClass::Fatal, ErrorClass::Exhausted] {
+        metrics::counter!("boxoffice_dlq_messages_total", "class" => class.as_str()).increment(0);
+    }
     tracing::info!(size, workers = ?config.workers, "worker pool starting");
     let mut service_time_s = config.service_time_ms / 1000.0;
     let mut stats = WorkerStats::default();
@@ -555,20 +569,12 @@ fn commit(consumer: &StreamConsumer<PoolContext>, shared: &Shared, mode: CommitM
 
 /// Exports `boxoffice_consumer_lag{topic,partition}` (high watermark −
 /// committed) every 5 s.
-async fn report_lag(config: WorkerConfig, cancel: CancellationToken) {
+async fn report_lag(probe: crate::health::BrokerProbe, cancel: CancellationToken) {
     while !cancel.is_cancelled() {
-        let (brokers, group, topic) = (
-            config.kafka_brokers.clone(),
-            config.group.clone(),
-            config.topic.clone(),
-        );
-        let lag = tokio::task::spawn_blocking(move || {
-            crate::health::partition_lag(&brokers, &group, &topic, Duration::from_secs(2))
-        })
-        .await;
-        if let Ok(Ok(partitions)) = lag {
+        let lag = probe.lag().await;
+        if let Ok(partitions) = lag {
             for (partition, lag) in partitions {
-                metrics::gauge!("boxoffice_consumer_lag", "topic" => config.topic.clone(), "partition" => partition.to_string())
+                metrics::gauge!("boxoffice_consumer_lag", "topic" => probe.topic().to_owned(), "partition" => partition.to_string())
                     .set(lag as f64);
             }
         }

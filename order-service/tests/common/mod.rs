@@ -86,7 +86,7 @@ pub struct OrderService {
 
 impl OrderService {
     pub async fn start(pool: PgPool, config: ServeConfig) -> Self {
-        boxoffice_contract::telemetry::init();
+        boxoffice_contract::telemetry::init(false);
         let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
             .await
             .unwrap();

@@ -1,0 +1,183 @@
+//! W3C Trace Context (`traceparent`), so one purchase is one trace: the
+//! gateway starts it (or continues the caller's), the order service keeps it
+//! on the order and its outbox row, the relay puts it in the Kafka headers and
+//! the ticket worker continues it. Every log span on the way records the
+//! `trace_id`.
+//!
+//! `traceparent: 00-<32 hex trace id>-<16 hex parent span id>-<2 hex flags>`
+//! (<https://www.w3.org/TR/trace-context/>).
+
+use std::fmt;
+
+/// The header, in HTTP and in Kafka record headers alike.
+pub const TRACEPARENT: &str = "traceparent";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceContext {
+    pub trace_id: u128,
+    /// The span this context was handed on from.
+    pub span_id: u64,
+    pub sampled: bool,
+}
+
+impl TraceContext {
+    /// A new trace, sampled.
+    pub fn root() -> Self {
+        Self {
+            trace_id: nonzero_u128(),
+            span_id: nonzero_u64(),
+            sampled: true,
+        }
+    }
+
+    /// The same trace handed on from a new span: what a service sends downstream.
+    pub fn child(&self) -> Self {
+        Self {
+            span_id: nonzero_u64(),
+            ..*self
+        }
+    }
+
+    /// Parses a `traceparent` value; `None` when it is not a valid one (the
+    /// receiver then starts a new trace, as the spec asks). Versions after
+    /// `00` are read by their `00` prefix.
+    pub fn parse(value: &str) -> Option<Self> {
+        let bytes = value.as_bytes();
+        if bytes.len() < 55 || bytes[2] != b'-' || bytes[35] != b'-' || bytes[52] != b'-' {
+            return None;
+        }
+        let version = lower_hex(&value[0..2])? as u8;
+        if version == 0xff || (version == 0 && bytes.len() != 55) {
+            return None;
+        }
+        if version > 0 && bytes.len() > 55 && bytes[55] != b'-' {
+            return None;
+        }
+        let trace_id = lower_hex(&value[3..35])?;
+        let span_id = lower_hex(&value[36..52])? as u64;
+        let flags = lower_hex(&value[53..55])? as u8;
+        if trace_id == 0 || span_id == 0 {
+            return None;
+        }
+        Some(Self {
+            trace_id,
+            span_id,
+            sampled: flags & 1 == 1,
+        })
+    }
+
+    /// The caller's context from a header value, or a new trace.
+    pub fn continue_or_start(value: Option<&str>) -> Self {
+        value.and_then(Self::parse).unwrap_or_else(Self::root)
+    }
+
+    /// The trace id as 32 lowercase hex digits, as logs and tracing back ends show it.
+    pub fn trace_id_hex(&self) -> String {
+        format!("{:032x}", self.trace_id)
+    }
+}
+
+impl fmt::Display for TraceContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "00-{:032x}-{:016x}-{:02x}",
+            self.trace_id,
+            self.span_id,
+            u8::from(self.sampled)
+        )
+    }
+}
+
+/// Digits 0-9a-f only: the spec forbids upper case.
+fn lower_hex(digits: &str) -> Option<u128> {
+    if digits.is_empty()
+        || !digits
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    u128::from_str_radix(digits, 16).ok()
+}
+
+fn nonzero_u128() -> u128 {
+    loop {
+        let id = rand::random::<u128>();
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+fn nonzero_u64() -> u64 {
+    loop {
+        let id = rand::random::<u64>();
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn parses_the_specs_example_and_writes_it_back() {
+        let cx = TraceContext::parse(EXAMPLE).unwrap();
+        assert_eq!(cx.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!(cx.span_id, 0x00f067aa0ba902b7);
+        assert!(cx.sampled);
+        assert_eq!(cx.to_string(), EXAMPLE);
+        assert_eq!(cx.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+
+    #[test]
+    fn rejects_what_the_spec_rejects() {
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473x-00f067aa0ba902b7-01",
+            "00-+bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(TraceContext::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn later_versions_are_read_by_their_prefix() {
+        let later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-whatever";
+        let cx = TraceContext::parse(later).unwrap();
+        assert_eq!(cx.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert!(!cx.sampled);
+    }
+
+    #[test]
+    fn a_child_keeps_the_trace_and_gets_a_new_span() {
+        let root = TraceContext::root();
+        let child = root.child();
+        assert_eq!(child.trace_id, root.trace_id);
+        assert_ne!(child.span_id, root.span_id);
+        assert_eq!(TraceContext::parse(&child.to_string()), Some(child));
+    }
+
+    #[test]
+    fn a_bad_header_starts_a_new_trace() {
+        let a = TraceContext::continue_or_start(Some("garbage"));
+        let b = TraceContext::continue_or_start(None);
+        assert_ne!(a.trace_id, b.trace_id);
+        assert_eq!(
+            TraceContext::continue_or_start(Some(EXAMPLE)).trace_id,
+            0x4bf92f3577b34da6a3ce929d0e0e4736
+        );
+    }
+}

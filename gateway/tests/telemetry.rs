@@ -1,0 +1,351 @@
+//! Telemetry of a real purchase through the whole stack: the metrics named in
+//! the design are exported with plausible values, and the trace the gateway
+//! starts is the one the ticket worker's span carries.
+//!
+//! The services run in this one process, so they share one metrics recorder
+//! and one log subscriber: every `/metrics` shows every service's series, and
+//! the JSON log lines of all services land in one buffer this test reads.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::Stack;
+use reqwest::StatusCode;
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+/// Every JSON log line written in this process.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn lines(&self) -> Vec<Value> {
+        let bytes = self.0.lock().unwrap().clone();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+/// Installs the process's subscriber before any service starts (theirs is then a no-op).
+fn logs() -> Logs {
+    static LOGS: OnceLock<Logs> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        tracing_subscriber::fmt()
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_env_filter("info")
+            .with_writer(move || writer.clone())
+            .init();
+        logs
+    })
+    .clone()
+}
+
+/// A purchase that ends with its tickets issued; returns the order id.
+async fn purchase(stack: &Stack, event_id: &str, traceparent: &str) -> (String, String) {
+    stack.create_event(event_id, 10, 100.0, 4).await;
+    let (status, joined) = stack.join(event_id, "fan-1").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{joined}");
+    let access = stack
+        .wait_admitted(event_id, joined["queue_ticket"].as_str().unwrap())
+        .await;
+    let response = stack
+        .http
+        .post(format!("{}/v1/events/{event_id}/orders", stack.gateway))
+        .bearer_auth(&access)
+        .header("idempotency-key", "k-1")
+        .header("traceparent", traceparent)
+        .json(&serde_json::json!({ "quantity": 2 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let answered = response.headers()["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let body: Value = response.json().await.unwrap();
+    let order_id = body["order_id"].as_str().unwrap().to_owned();
+    let token = body["order_token"].as_str().unwrap();
+    stack.wait_ticketed(&order_id, token).await;
+    (order_id, answered)
+}
+
+/// `name{labels} value` lines of a Prometheus text exposition.
+fn samples(text: &str) -> Vec<(String, HashMap<String, String>, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let value: f64 = value.parse().ok()?;
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
+                .collect();
+            Some((name.to_owned(), labels, value))
+        })
+        .collect()
+}
+
+/// The value of the one series of `name` whose labels include `with`.
+fn value(
+    all: &[(String, HashMap<String, String>, f64)],
+    name: &str,
+    with: &[(&str, &str)],
+) -> Option<f64> {
+    all.iter()
+        .filter(|(n, labels, _)| {
+            n == name
+                && with
+                    .iter()
+                    .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, _, v)| *v)
+        .reduce(f64::max)
+}
+
+async fn scrape(stack: &Stack, base: &str) -> String {
+    let response = stack
+        .http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{base}/metrics");
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    response.text().await.unwrap()
+}
+
+#[sqlx::test(migrations = "../order-service/migrations")]
+async fn after_a_purchase_every_named_metric_is_exported_with_a_plausible_value(
+    pool_options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    logs();
+    let stack = Stack::start(pool_options, connect).await;
+    let event = format!("m{}", &stack.prefix[1..12]);
+    purchase(
+        &stack,
+        &event,
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    )
+    .await;
+    // The admitter exports per tick; the lag reporter every 5 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let all = loop {
+        let mut text = String::new();
+        for base in [&stack.gateway, &stack.admission, &stack.order_service] {
+            text.push_str(&scrape(&stack, base).await);
+        }
+        let all = samples(&text);
+        let lag = value(
+            &all,
+            "boxoffice_consumer_lag",
+            &[("topic", stack.topic.as_str())],
+        );
+        if lag == Some(0.0) || tokio::time::Instant::now() > deadline {
+            break all;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let ev = [("event", event.as_str())];
+    let checks: Vec<(&str, Option<f64>, &dyn Fn(f64) -> bool)> = vec![
+        (
+            "boxoffice_queue_length",
+            value(&all, "boxoffice_queue_length", &ev),
+            &|v| v == 0.0,
+        ),
+        (
+            "boxoffice_active",
+            value(&all, "boxoffice_active", &ev),
+            &|v| (0.0..=1.0).contains(&v),
+        ),
+        (
+            "boxoffice_admitted_total",
+            value(&all, "boxoffice_admitted_total", &ev),
+            &|v| v == 1.0,
+        ),
+        (
+            "boxoffice_admission_rate",
+            value(&all, "boxoffice_admission_rate", &ev),
+            &|v| v == 100.0,
+        ),
+        (
+            "boxoffice_http_requests_total (purchase, 202)",
+            value(
+                &all,
+                "boxoffice_http_requests_total",
+                &[("route", "/v1/events/{event_id}/orders"), ("status", "202")],
+            ),
+            &|v| v >= 1.0,
+        ),
+        (
+            "boxoffice_http_requests_total (order service)",
+            value(
+                &all,
+                "boxoffice_http_requests_total",
+                &[("route", "/internal/orders"), ("status", "202")],
+            ),
+            &|v| v >= 1.0,
+        ),
+        (
+            "boxoffice_http_requests_total (admin API)",
+            value(
+                &all,
+                "boxoffice_http_requests_total",
+                &[("route", "/admin/v1/events/{event_id}"), ("status", "201")],
+            ),
+            &|v| v >= 1.0,
+        ),
+        (
+            "boxoffice_http_request_duration_seconds_count",
+            value(
+                &all,
+                "boxoffice_http_request_duration_seconds_count",
+                &[("route", "/v1/events/{event_id}/orders")],
+            ),
+            &|v| v >= 1.0,
+        ),
+        (
+            "boxoffice_http_request_duration_seconds_sum",
+            value(
+                &all,
+                "boxoffice_http_request_duration_seconds_sum",
+                &[("route", "/v1/events/{event_id}/orders")],
+            ),
+            &|v| v > 0.0 && v < 30.0,
+        ),
+        (
+            "boxoffice_orders_total{confirmed}",
+            value(&all, "boxoffice_orders_total", &[("status", "confirmed")]),
+            &|v| v >= 1.0,
+        ),
+        (
+            "boxoffice_outbox_backlog",
+            value(&all, "boxoffice_outbox_backlog", &[]),
+            &|v| v >= 0.0,
+        ),
+        (
+            "boxoffice_outbox_oldest_age_seconds",
+            value(&all, "boxoffice_outbox_oldest_age_seconds", &[]),
+            &|v| v >= 0.0,
+        ),
+        (
+            "boxoffice_consumer_lag",
+            value(
+                &all,
+                "boxoffice_consumer_lag",
+                &[("topic", stack.topic.as_str())],
+            ),
+            &|v| v == 0.0,
+        ),
+        (
+            "boxoffice_dlq_messages_total",
+            value(&all, "boxoffice_dlq_messages_total", &[("class", "fatal")]),
+            &|v| v >= 0.0,
+        ),
+        (
+            "boxoffice_worker_service_time_seconds",
+            value(&all, "boxoffice_worker_service_time_seconds", &[]),
+            &|v| v > 0.0 && v < 10.0,
+        ),
+    ];
+    let wrong: Vec<String> = checks
+        .iter()
+        .filter(|(_, v, ok)| !v.is_some_and(ok))
+        .map(|(name, v, _)| format!("{name} = {v:?}"))
+        .collect();
+    assert!(wrong.is_empty(), "missing or implausible: {wrong:#?}");
+    stack.stop().await;
+}
+
+#[sqlx::test(migrations = "../order-service/migrations")]
+async fn the_ticket_workers_span_carries_the_trace_the_gateway_was_given(
+    pool_options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let logs = logs();
+    let stack = Stack::start(pool_options, connect).await;
+    let event = format!("t{}", &stack.prefix[1..12]);
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let (order_id, answered) = purchase(
+        &stack,
+        &event,
+        &format!("00-{trace_id}-00f067aa0ba902b7-01"),
+    )
+    .await;
+    assert!(
+        answered.starts_with(&format!("00-{trace_id}-")),
+        "{answered}"
+    );
+
+    // Each hop's span, by its name, for lines about this order.
+    let spans_with_trace = |name: &str| -> Vec<Value> {
+        logs.lines()
+            .into_iter()
+            .filter(|line| {
+                line["spans"].as_array().is_some_and(|spans| {
+                    spans
+                        .iter()
+                        .any(|s| s["name"] == name && s["trace_id"] == trace_id)
+                })
+            })
+            .collect()
+    };
+    let gateway = spans_with_trace("request");
+    assert!(
+        gateway
+            .iter()
+            .any(|l| l["fields"]["message"] == "order placed"),
+        "the gateway's purchase line lacks the trace: {gateway:#?}"
+    );
+    let saga = spans_with_trace("saga");
+    assert!(
+        saga.iter()
+            .any(|l| l["span"]["order_id"] == order_id.as_str()),
+        "no saga line of {order_id} in the trace"
+    );
+    let worker = spans_with_trace("message");
+    let issued = worker
+        .iter()
+        .find(|l| l["fields"]["message"] == "tickets issued")
+        .unwrap_or_else(|| panic!("the worker's span lacks the trace: {worker:#?}"));
+    assert_eq!(issued["span"]["key"], order_id.as_str());
+    assert_eq!(issued["fields"]["order_id"], order_id.as_str());
+
+    // The context rode in the Kafka record's headers, via the outbox row.
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT traceparent FROM orders WHERE order_id = $1::uuid")
+            .bind(&order_id)
+            .fetch_one(&stack.pool)
+            .await
+            .unwrap();
+    assert!(stored.unwrap().starts_with(&format!("00-{trace_id}-")));
+    stack.stop().await;
+}
