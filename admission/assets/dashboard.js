@@ -39,7 +39,7 @@ async function api(method, path, body) {
 // ---- tiles -----------------------------------------------------------------
 
 const fmt = (v, digits) => v === null || v === undefined ? "—"
-  : typeof v === "number" ? v.toLocaleString(undefined, { maximumFractionDigits: digits ?? 0 }) : String(v);
+  : typeof v === "number" ? (v + 0).toLocaleString(undefined, { maximumFractionDigits: digits ?? 0 }) : String(v);
 
 function inProgress(orders) {
   let n = 0;
@@ -51,7 +51,7 @@ function inProgress(orders) {
 
 function renderTiles(s) {
   const tiles = [
-    ["state", "State", s.paused ? s.state + " (paused)" : s.state],
+    ["state", "State", s.paused && s.state !== "paused" ? s.state + " (paused)" : s.state],
     ["queue", "In line", fmt(s.queue_length)],
     ["oldest-wait", "Oldest wait (s)", fmt(s.oldest_wait_s, 1)],
     ["rate-set", "Rate set (fans/s)", fmt(s.rate_set, 1)],

@@ -6,110 +6,14 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::browser::Browser;
 use common::{Stack, ADMIN_TOKEN};
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Locator;
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-
-struct Browser {
-    client: Client,
-    driver: Child,
-    profile: std::path::PathBuf,
-}
-
-impl Browser {
-    async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let driver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect(
-                "chromedriver (apt-get install chromium chromium-driver; scripts/test.sh does)",
-            );
-        let profile =
-            std::env::temp_dir().join(format!("boxoffice-chromium-{}", uuid::Uuid::new_v4()));
-        let capabilities = json!({
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync",
-                    "--window-size=1000,900",
-                    format!("--user-data-dir={}", profile.display()),
-                ]
-            }
-        });
-        let capabilities = capabilities.as_object().unwrap().clone();
-        let mut last_error = None;
-        for _ in 0..50 {
-            match ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-                .capabilities(capabilities.clone())
-                .connect(&format!("http://127.0.0.1:{port}"))
-                .await
-            {
-                Ok(client) => {
-                    return Self {
-                        client,
-                        driver,
-                        profile,
-                    }
-                }
-                Err(error) => last_error = Some(error),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("no WebDriver session: {last_error:?}");
-    }
-
-    /// Waits until the element's text contains `text`; returns the text.
-    async fn wait_text(&self, id: &str, text: &str, within: Duration) -> String {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let found = self
-                .client
-                .find(Locator::Id(id))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            if found.contains(text) {
-                return found;
-            }
-            if tokio::time::Instant::now() > deadline {
-                self.screenshot("timeout").await;
-                panic!("#{id} never said {text:?}; it says {found:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn screenshot(&self, name: &str) {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-artifacts");
-        std::fs::create_dir_all(&dir).unwrap();
-        let png = self.client.screenshot().await.unwrap();
-        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
-    }
-
-    async fn stop(mut self) {
-        self.client.close().await.ok();
-        self.driver.kill().ok();
-        self.driver.wait().ok();
-        std::fs::remove_dir_all(&self.profile).ok();
-    }
-}
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
 async fn a_fan_proves_work_joins_waits_buys_and_gets_tickets_in_a_browser(
@@ -201,6 +105,189 @@ async fn a_fan_proves_work_joins_waits_buys_and_gets_tickets_in_a_browser(
         (fan_id.as_str(), quantity, state.as_str()),
         ("browser-fan", 2, "confirmed")
     );
+
+    browser.stop().await;
+    stack.stop().await;
+}
+
+/// Runs `script` (which must `return` a value) in the page until `done` holds.
+async fn wait_js(
+    browser: &Browser,
+    script: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+    within: Duration,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let value = browser.client.execute(script, vec![]).await.unwrap();
+        if done(&value) {
+            return value;
+        }
+        if tokio::time::Instant::now() > deadline {
+            browser.screenshot("dashboard-timeout").await;
+            panic!("{script} never held; last {value}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn admin_view(stack: &Stack, event_id: &str) -> serde_json::Value {
+    stack
+        .http
+        .get(format!("{}/admin/v1/events/{event_id}", stack.admission))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn the_ops_dashboard_charts_live_figures_and_its_controls_reach_the_admin_api(
+    pool_options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start(pool_options, connect).await;
+    stack.create_event("ev", 100, 20.0, 4).await;
+    // Live figures to chart: a fan who bought 3 seats, two still in line... or admitted.
+    let (_, joined) = stack.join("ev", "buyer").await;
+    let access = stack
+        .wait_admitted("ev", joined["queue_ticket"].as_str().unwrap())
+        .await;
+    let (status, bought) = stack.buy("ev", &access, 3, Some("k")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{bought}");
+    stack
+        .wait_ticketed(
+            bought["order_id"].as_str().unwrap(),
+            bought["order_token"].as_str().unwrap(),
+        )
+        .await;
+    for fan in ["f1", "f2"] {
+        stack.join("ev", fan).await;
+    }
+
+    let browser = Browser::start().await;
+    let page = &browser.client;
+    page.goto(&format!("{}/admin/", stack.admission))
+        .await
+        .unwrap();
+    // A wrong token is refused and says so.
+    let token = page.find(Locator::Id("token")).await.unwrap();
+    token.send_keys("not-the-token").await.unwrap();
+    page.find(Locator::Css("#login button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait_text("status", "token was refused", Duration::from_secs(10))
+        .await;
+    token.clear().await.unwrap();
+    token.send_keys(ADMIN_TOKEN).await.unwrap();
+    page.find(Locator::Css("#login button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+
+    // Seven charts, each drawn (a canvas) with several samples of live data.
+    let charts = wait_js(
+        &browser,
+        "return [...document.querySelectorAll('#charts .chart')].map(c => \
+           [c.id, Number(c.dataset.points), c.querySelectorAll('canvas').length])",
+        |v| {
+            v.as_array().is_some_and(|charts| {
+                charts.len() == 7 && charts.iter().all(|c| c[1].as_u64() >= Some(4))
+            })
+        },
+        Duration::from_secs(30),
+    )
+    .await;
+    for chart in charts.as_array().unwrap() {
+        assert!(chart[2].as_u64() >= Some(1), "{chart} has no canvas");
+    }
+    // The tiles show the live figures the admin API reports.
+    browser
+        .wait_text("tile-sold", "3", Duration::from_secs(10))
+        .await;
+    browser
+        .wait_text("tile-confirmed", "1", Duration::from_secs(10))
+        .await;
+    // The charted series hold the same figures (uPlot's data, newest point).
+    let sold = page
+        .execute(
+            "const c = document.getElementById('chart-seats'); \
+             return Number(c.dataset.points) > 0 && document.querySelector('#tile-remaining .value').textContent",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(sold, "97");
+    browser.screenshot("dashboard-1-live").await;
+    page.execute("document.getElementById('charts').scrollIntoView()", vec![])
+        .await
+        .unwrap();
+    browser.screenshot("dashboard-1-charts").await;
+
+    // A rate change from the page is what the admin API then reports.
+    let rate = page.find(Locator::Id("rate")).await.unwrap();
+    rate.clear().await.unwrap();
+    rate.send_keys("7.5").await.unwrap();
+    page.find(Locator::Id("rate-apply"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait_text(
+            "status",
+            "Admission rate set to 7.5",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(admin_view(&stack, "ev").await["admission_rate_per_s"], 7.5);
+    browser
+        .wait_text("tile-rate-set", "7.5", Duration::from_secs(10))
+        .await;
+
+    // Pause and resume.
+    page.find(Locator::Id("pause"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait_text("status", "Admission paused", Duration::from_secs(10))
+        .await;
+    assert_eq!(admin_view(&stack, "ev").await["paused"], true);
+    browser
+        .wait_text("tile-state", "paused", Duration::from_secs(10))
+        .await;
+    browser.screenshot("dashboard-2-paused").await;
+
+    // The capacity planner: λ = 200/s, S = 50 ms, ρ = 0.5 → 20 workers.
+    for (id, value) in [("lambda", "200"), ("service", "50"), ("rho", "0.5")] {
+        let input = page.find(Locator::Id(id)).await.unwrap();
+        input.clear().await.unwrap();
+        input.send_keys(value).await.unwrap();
+    }
+    page.find(Locator::Css("#planner button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let plan = browser
+        .wait_text("plan", "Workers at ρ", Duration::from_secs(10))
+        .await;
+    assert!(plan.contains("Workers at ρ\n20"), "{plan}");
+    browser.screenshot("dashboard-3-planner").await;
 
     browser.stop().await;
     stack.stop().await;

@@ -63,7 +63,7 @@ fn logs() -> Logs {
 async fn purchase(stack: &Stack, event_id: &str, traceparent: &str) -> (String, String) {
     stack.create_event(event_id, 10, 100.0, 4).await;
     let (status, joined) = stack.join(event_id, "fan-1").await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{joined}");
+    assert_eq!(status, StatusCode::CREATED, "{joined}");
     let access = stack
         .wait_admitted(event_id, joined["queue_ticket"].as_str().unwrap())
         .await;
@@ -175,7 +175,8 @@ async fn after_a_purchase_every_named_metric_is_exported_with_a_plausible_value(
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let ev = [("event", event.as_str())];
-    let checks: Vec<(&str, Option<f64>, &dyn Fn(f64) -> bool)> = vec![
+    type Check<'a> = (&'a str, Option<f64>, &'a dyn Fn(f64) -> bool);
+    let checks: Vec<Check> = vec![
         (
             "boxoffice_queue_length",
             value(&all, "boxoffice_queue_length", &ev),

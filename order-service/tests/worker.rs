@@ -116,7 +116,7 @@ async fn produce_keyed_by_order(topic: &str, orders: &[OrderConfirmed]) {
 async fn wait_consumed(topic: &str, group: &str, within: Duration) {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let lag = order_service::health::BrokerProbe::new(&brokers(), &group, &topic)
+        let lag = order_service::health::BrokerProbe::new(&brokers(), group, topic)
             .unwrap()
             .lag()
             .await;

@@ -5,6 +5,8 @@
 //! key prefix, topic and consumer group.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::time::Duration;
 
 use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
@@ -141,6 +143,7 @@ impl Stack {
             c.redis_prefix = prefix.clone();
             c.order_service_url = order_service.clone();
             c.tick_ms = 50;
+            c.sample_ms = 250;
             c
         };
         let state = admission::AppState::new(redis.clone(), admission_config).unwrap();
