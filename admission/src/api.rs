@@ -20,49 +20,63 @@ use axum::extract::{Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::Router;
 use boxoffice_contract::capacity::{self, Demand, Plan};
 use boxoffice_contract::event::{now_ms, Adaptive, EventConfig, EventState, FIFO_BASE};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{events_key, valid_event_id, EventKeys};
+use boxoffice_contract::openapi::{self, AdminSecurity};
 use boxoffice_contract::Problem;
 use chrono::{DateTime, Utc};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::{dashboard, AppState};
 
-pub fn router(state: AppState) -> Router {
-    let routes = Router::new()
-        .route(
-            "/admin/v1/events/{event_id}",
-            get(get_event).put(put_event).patch(patch_event),
-        )
-        .route(
-            "/admin/v1/events/{event_id}/admissions/{fan_id}",
-            axum::routing::delete(revoke),
-        )
-        .route("/admin/v1/capacity", get(capacity))
-        .route("/admin/v1/events", get(dashboard::list_events))
-        .route(
-            "/admin/v1/events/{event_id}/history",
-            get(dashboard::history),
-        )
+/// The admin API's OpenAPI document, before the routes add their paths.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "BoxOffice admin API",
+        description = "Create, open, tune and watch sales; size the pipeline. Every `/admin/v1` call needs `Authorization: Bearer <admin token>`. Errors are RFC 9457 problem documents (`application/problem+json`).",
+        license(name = "Apache-2.0")
+    ),
+    modifiers(&AdminSecurity),
+    tags(
+        (name = "events", description = "Sales: create, tune, watch"),
+        (name = "capacity", description = "Little's law planner"),
+        (name = "dashboard", description = "The ops dashboard page and its assets (no token: the page asks for it)"),
+        (name = "meta", description = "Health, metrics, this document"),
+    )
+)]
+pub struct ApiDoc;
+
+/// Every route and the OpenAPI document built from the same list.
+pub fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(get_event, put_event, patch_event))
+        .routes(routes!(revoke))
+        .routes(routes!(capacity))
+        .routes(routes!(dashboard::list_events))
+        .routes(routes!(dashboard::history))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
-        .route("/admin/", get(dashboard::page))
-        .route(
-            "/admin",
-            get(|| async { axum::response::Redirect::permanent("/admin/") }),
-        )
-        .route("/admin/assets/{file}", get(dashboard::asset))
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/metrics",
-            get(boxoffice_contract::telemetry::metrics_endpoint),
-        )
-        .route("/readyz", get(readyz));
+        .routes(routes!(dashboard::page))
+        .routes(routes!(dashboard::page_redirect))
+        .routes(routes!(dashboard::asset))
+        .routes(routes!(openapi::healthz))
+        .routes(routes!(openapi::metrics))
+        .routes(routes!(readyz))
+        .routes(routes!(openapi::openapi_json))
+        .split_for_parts()
+}
+
+pub fn router(state: AppState) -> Router {
+    let (routes, doc) = routes(&state);
     boxoffice_contract::problem::with_fallbacks(routes)
+        .layer(axum::Extension(std::sync::Arc::new(doc)))
         .with_state(state)
         .layer(axum::middleware::from_fn(
             boxoffice_contract::telemetry::observe,
@@ -119,7 +133,7 @@ pub(crate) fn check_event_id(event_id: &str) -> Result<(), Problem> {
 }
 
 /// The body of `PUT /admin/v1/events/{id}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventSpec {
     pub name: String,
@@ -273,7 +287,7 @@ pub struct Seats {
 }
 
 /// Settings and live stats, the answer of every admin event call.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventView {
     pub event_id: String,
     pub name: String,
@@ -302,6 +316,26 @@ pub struct EventView {
     pub remaining: Option<i64>,
 }
 
+/// Creates (201) or replaces (200) an event: inventory in Postgres through
+/// the order service, settings in Redis.
+#[utoipa::path(
+    put,
+    path = "/admin/v1/events/{event_id}",
+    security(("admin_token" = [])),
+    tag = "events",
+    params(("event_id" = String, Path, description = "The event: 1-64 of A-Z a-z 0-9 - _")),
+    request_body = EventSpec,
+    responses(
+        (status = 201, description = "Created", body = EventView),
+        (status = 200, description = "Replaced", body = EventView),
+        (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`capacity-below-sold`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field`, `invalid-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn put_event(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
@@ -367,7 +401,7 @@ async fn put_event(
 }
 
 /// The body of `PATCH /admin/v1/events/{id}`: any of these.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventPatch {
     pub admission_rate_per_s: Option<f64>,
@@ -377,6 +411,7 @@ pub struct EventPatch {
     pub state: Option<String>,
     /// An adaptive policy to switch it on, `null` to switch it off.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Adaptive>)]
     pub adaptive: Option<Option<Adaptive>>,
     pub pow_bits: Option<u8>,
 }
@@ -386,6 +421,24 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Adapt
     Option::<Adaptive>::deserialize(d).map(Some)
 }
 
+/// Tunes a live event; the next admission tick applies it.
+#[utoipa::path(
+    patch,
+    path = "/admin/v1/events/{event_id}",
+    security(("admin_token" = [])),
+    tag = "events",
+    params(("event_id" = String, Path, description = "The event: 1-64 of A-Z a-z 0-9 - _")),
+    request_body = EventPatch,
+    responses(
+        (status = 200, description = "The event after the change", body = EventView),
+        (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-event`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field`, `invalid-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn patch_event(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
@@ -451,6 +504,21 @@ async fn patch_event(
     Ok(axum::Json(view(&state, &event_id).await?))
 }
 
+/// Settings and live stats.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/events/{event_id}",
+    security(("admin_token" = [])),
+    tag = "events",
+    params(("event_id" = String, Path, description = "The event: 1-64 of A-Z a-z 0-9 - _")),
+    responses(
+        (status = 200, description = "The event", body = EventView),
+        (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-event`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field`: a malformed event id", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn get_event(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
@@ -560,6 +628,23 @@ async fn seats(state: &AppState, event_id: &str) -> Option<Seats> {
 }
 
 /// Revokes the fan's current admission: 204, or 404 when the fan holds none.
+#[utoipa::path(
+    delete,
+    path = "/admin/v1/events/{event_id}/admissions/{fan_id}",
+    security(("admin_token" = [])),
+    tag = "events",
+    params(
+        ("event_id" = String, Path, description = "The event"),
+        ("fan_id" = String, Path, description = "The admitted fan"),
+    ),
+    responses(
+        (status = 204, description = "Revoked: the fan's access token stops working"),
+        (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not-admitted`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn revoke(
     State(state): State<AppState>,
     Path((event_id, fan_id)): Path<(String, String)>,
@@ -601,6 +686,21 @@ async fn revoke(
 
 /// `GET /admin/v1/capacity?arrival_rate=…&service_time_ms=…[&utilization=0.7]
 /// [&per_partition_rate=1000][&per_consumer_rate=…][&spike_rate=…&spike_s=…]`
+/// Little's law: workers and partitions for a load, the backlog of a spike
+/// and how long it takes to drain.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/capacity",
+    security(("admin_token" = [])),
+    tag = "capacity",
+    params(boxoffice_contract::capacity::Demand),
+    responses(
+        (status = 200, description = "The plan", body = Plan),
+        (status = 400, description = "`bad-request`: a missing or non-numeric parameter", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn capacity(
     query: Result<Query<Demand>, QueryRejection>,
 ) -> Result<axum::Json<Plan>, Problem> {
@@ -610,6 +710,16 @@ async fn capacity(
         .map_err(|e| invalid(e.field, e.rule))
 }
 
+/// Ready when Redis answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "meta",
+    responses(
+        (status = 200, description = "Ready", body = String, content_type = "text/plain"),
+        (status = 503, description = "`not-ready`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn readyz(State(state): State<AppState>) -> Response {
     let mut redis = state.redis.clone();
     match redis::cmd("PING").query_async::<String>(&mut redis).await {

@@ -31,7 +31,7 @@ use crate::api::{check_event_id, redis_down, view};
 use crate::AppState;
 
 /// One second of one event, as the dashboard charts it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Sample {
     /// Unix milliseconds.
     pub t_ms: i64,
@@ -198,13 +198,15 @@ pub async fn run_sampler(state: AppState, interval: Duration, cancel: Cancellati
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SinceQuery {
+    /// Only samples taken after this Unix millisecond (0: the whole window).
     #[serde(default)]
     since_ms: i64,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HistoryView {
     pub event_id: String,
     /// How far apart samples are taken.
@@ -212,7 +214,20 @@ pub struct HistoryView {
     pub samples: Vec<Sample>,
 }
 
-/// `GET /admin/v1/events/{id}/history?since_ms=`: samples after `since_ms`.
+/// The dashboard's samples of the event (one a second, the last ten minutes by default).
+#[utoipa::path(
+    get,
+    path = "/admin/v1/events/{event_id}/history",
+    security(("admin_token" = [])),
+    tag = "events",
+    params(("event_id" = String, Path, description = "The event"), SinceQuery),
+    responses(
+        (status = 200, description = "Samples after `since_ms`, oldest first", body = HistoryView),
+        (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-field`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn history(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
@@ -227,14 +242,25 @@ pub async fn history(
     }))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventSummary {
     pub event_id: String,
     pub name: String,
     pub state: EventState,
 }
 
-/// `GET /admin/v1/events`: every event, by id.
+/// Every event, by id.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/events",
+    security(("admin_token" = [])),
+    tag = "events",
+    responses(
+        (status = 200, description = "The events", body = Vec<EventSummary>),
+        (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list_events(
     State(state): State<AppState>,
 ) -> Result<axum::Json<Vec<EventSummary>>, Problem> {
@@ -257,12 +283,39 @@ pub async fn list_events(
     Ok(axum::Json(events))
 }
 
-/// `GET /admin/`: the dashboard page.
+/// The ops dashboard: live charts, controls and the capacity planner.
+#[utoipa::path(
+    get,
+    path = "/admin/",
+    tag = "dashboard",
+    responses((status = 200, description = "The dashboard page", body = String, content_type = "text/html"))
+)]
 pub async fn page() -> Html<&'static str> {
     Html(include_str!("../assets/dashboard.html"))
 }
 
-/// `GET /admin/assets/{file}`: the page's script, styles and uPlot.
+/// `/admin` → `/admin/`.
+#[utoipa::path(
+    get,
+    path = "/admin",
+    tag = "dashboard",
+    responses((status = 308, description = "To `/admin/`"))
+)]
+pub async fn page_redirect() -> axum::response::Redirect {
+    axum::response::Redirect::permanent("/admin/")
+}
+
+/// The page's script, styles and uPlot.
+#[utoipa::path(
+    get,
+    path = "/admin/assets/{file}",
+    tag = "dashboard",
+    params(("file" = String, Path, description = "`dashboard.js`, `uPlot.iife.min.js` or `uPlot.min.css`")),
+    responses(
+        (status = 200, description = "The asset", body = String, content_type = "text/javascript"),
+        (status = 404, description = "`unknown-asset`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn asset(Path(file): Path<String>) -> Response {
     let (body, content_type): (&'static str, &str) = match file.as_str() {
         "dashboard.js" => (
@@ -277,7 +330,7 @@ pub async fn asset(Path(file): Path<String>) -> Response {
             include_str!("../assets/vendor/uPlot.min.css"),
             "text/css; charset=utf-8",
         ),
-        _ => return Problem::not_found("not-found", "no such asset").into_response(),
+        _ => return Problem::not_found("unknown-asset", "no such asset").into_response(),
     };
     (
         [

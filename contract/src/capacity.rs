@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 /// What the planner is told.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Demand {
     /// λ: messages (orders) per second at steady state.
     pub arrival_rate: f64,
@@ -35,7 +36,7 @@ fn default_partition_rate() -> f64 {
 }
 
 /// What the planner answers.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Plan {
     /// L = λ × S: workers busy on average.
     pub busy_workers: f64,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 /// `scheduled → prequeue → open ⇄ paused → sold_out | closed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventState {
     Scheduled,
@@ -41,7 +41,7 @@ pub struct EventConfig {
 
 /// Adaptive admission: additive increase while the purchase pipeline is
 /// healthy, multiplicative decrease when any signal crosses its threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Adaptive {
     pub floor: f64,
     pub ceiling: f64,

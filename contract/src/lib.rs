@@ -7,6 +7,7 @@
 //! - [`extract`]: JSON and path extractors that reject with problem documents.
 //! - [`envelope`]: the CloudEvents 1.0 envelope of `order-events` and its payloads.
 //! - [`event`]: an event's settings as stored in Redis, and its lifecycle state.
+//! - [`openapi`]: security schemes and shared operations of the OpenAPI documents.
 //! - [`keys`]: the Redis key layout, one hash tag per event.
 //! - [`shutdown`]: the SIGTERM/SIGINT future every binary hands to its server.
 //! - [`telemetry`]: logs, the HTTP span and metrics, `/metrics`, the same in every binary.
@@ -18,6 +19,7 @@ pub mod envelope;
 pub mod event;
 pub mod extract;
 pub mod keys;
+pub mod openapi;
 pub mod problem;
 pub mod schema;
 pub mod shutdown;

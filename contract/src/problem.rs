@@ -11,8 +11,11 @@ use serde::{Deserialize, Serialize};
 /// Base of every problem `type`; the slug is appended.
 pub const PROBLEM_BASE: &str = "https://boxoffice.dev/problems/";
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// An RFC 9457 problem document (`application/problem+json`); a `Retry-After`
+/// header comes with 429 and 503.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Problem {
+    /// `https://boxoffice.dev/problems/<slug>`; clients switch on the slug.
     #[serde(rename = "type")]
     pub kind: String,
     pub title: String,
@@ -20,6 +23,7 @@ pub struct Problem {
     pub detail: String,
     /// Seconds; sent as the `Retry-After` header, not in the body.
     #[serde(skip)]
+    #[schema(ignore)]
     pub retry_after: Option<u64>,
 }
 

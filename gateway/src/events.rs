@@ -5,35 +5,34 @@ use std::collections::HashMap;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
 use boxoffice_contract::event::{now_ms, seed_commitment, EventConfig, EventState};
 use boxoffice_contract::extract::Path;
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
+use boxoffice_contract::openapi;
 use boxoffice_contract::Problem;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::{redis_down, AppState};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/events/{event_id}", get(get_event))
-        .route("/.well-known/jwks.json", get(jwks))
-        .route("/", get(fan_page))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route(
-            "/metrics",
-            get(boxoffice_contract::telemetry::metrics_endpoint),
-        )
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_event))
+        .routes(routes!(jwks))
+        .routes(routes!(fan_page))
+        .routes(routes!(openapi::healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(openapi::metrics))
+        .routes(routes!(openapi::openapi_json))
 }
 
 pub fn unknown_event() -> Problem {
     Problem::not_found("unknown-event", "no such event")
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventInfo {
     pub event_id: String,
     pub name: String,
@@ -49,6 +48,17 @@ pub struct EventInfo {
     pub shuffle_seed: Option<String>,
 }
 
+/// An event as fans see it: state, when it opens, seats left (a hint), line length.
+#[utoipa::path(
+    get,
+    path = "/v1/events/{event_id}",
+    tag = "events",
+    params(("event_id" = String, Path, description = "The event")),
+    responses(
+        (status = 200, description = "The event", body = EventInfo),
+        (status = 404, description = "`unknown-event`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn get_event(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
@@ -82,6 +92,12 @@ async fn get_event(
 
 /// The waiting-room page: join, live place, buy, follow the order. One
 /// static file shipped in the binary; it only uses the public API.
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "pages",
+    responses((status = 200, description = "The fan page (`?event=<id>` picks the event)", body = String, content_type = "text/html"))
+)]
 async fn fan_page() -> Response {
     (
         [
@@ -93,6 +109,13 @@ async fn fan_page() -> Response {
         .into_response()
 }
 
+/// The public keys that verify access and order tokens (JWK set, Ed25519, by `kid`).
+#[utoipa::path(
+    get,
+    path = "/.well-known/jwks.json",
+    tag = "tokens",
+    responses((status = 200, description = "JWK set", body = Object, content_type = "application/json"))
+)]
 async fn jwks(State(state): State<AppState>) -> Response {
     (
         [(axum::http::header::CACHE_CONTROL, "public, max-age=300")],
@@ -101,6 +124,16 @@ async fn jwks(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// Ready when Redis answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "meta",
+    responses(
+        (status = 200, description = "Ready", body = String, content_type = "text/plain"),
+        (status = 503, description = "`not-ready`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn readyz(State(state): State<AppState>) -> Response {
     let mut redis = state.redis.clone();
     match redis::cmd("PING").query_async::<String>(&mut redis).await {

@@ -28,10 +28,13 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use axum::Router;
+use boxoffice_contract::openapi::FanSecurity;
 use boxoffice_contract::token::KeySet;
 use redis::aio::ConnectionManager;
 use redis::Script;
 use tokio::net::TcpListener;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
 
 pub use config::Config;
 
@@ -89,12 +92,40 @@ impl AppState {
     }
 }
 
-pub fn router(state: AppState) -> Router {
-    let routes = Router::new()
+/// The public API's OpenAPI document, before the routes add their paths.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "BoxOffice public API",
+        description = "The waiting room and purchase API fans (and the fan page) call. Errors are RFC 9457 problem documents (`application/problem+json`) whose `type` ends in a stable slug; 429 and 503 carry `Retry-After`.",
+        license(name = "Apache-2.0")
+    ),
+    modifiers(&FanSecurity),
+    tags(
+        (name = "events", description = "What is on sale"),
+        (name = "queue", description = "The waiting room: join, wait, get admitted"),
+        (name = "orders", description = "Buy with an access token, follow the order, download tickets"),
+        (name = "tokens", description = "Keys to verify tokens"),
+        (name = "pages", description = "The fan page"),
+        (name = "meta", description = "Health, metrics, this document"),
+    )
+)]
+pub struct ApiDoc;
+
+/// Every route and the OpenAPI document built from the same list.
+pub fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(events::router())
         .merge(queue::router())
-        .merge(orders::router(state.keys.clone()));
-    boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
+        .merge(orders::router(state.keys.clone()))
+        .split_for_parts()
+}
+
+pub fn router(state: AppState) -> Router {
+    let (routes, doc) = routes(&state);
+    boxoffice_contract::problem::with_fallbacks(routes)
+        .layer(axum::Extension(Arc::new(doc)))
+        .with_state(state)
 }
 
 /// The routes inside the protective layers: what `serve` runs.

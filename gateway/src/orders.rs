@@ -8,35 +8,33 @@
 use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::EventKeys;
 use boxoffice_contract::token::{now_s, Claims, KeySet, TokenError, TokenUse, LEEWAY_S};
 use boxoffice_contract::trace::{TraceContext, TRACEPARENT};
 use boxoffice_contract::Problem;
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use crate::access::{reject, AccessTokenLayer};
 use crate::{bearer, redis_down, AppState};
 
-pub fn router(keys: KeySet) -> Router<AppState> {
-    Router::new()
-        .route(
-            "/v1/events/{event_id}/orders",
-            post(buy).route_layer(AccessTokenLayer::new(keys)),
-        )
-        .route("/v1/orders/{order_id}", get(get_order))
-        .route("/v1/orders/{order_id}/tickets.pdf", get(get_tickets))
+pub fn router(keys: KeySet) -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(buy))
+        .route_layer(AccessTokenLayer::new(keys))
+        .routes(routes!(get_order))
+        .routes(routes!(get_tickets))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct BuyRequest {
     pub quantity: i64,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Bought {
     pub order_id: Uuid,
     pub status: String,
@@ -57,7 +55,7 @@ struct UpstreamOrder {
 }
 
 /// The order as its fan sees it.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrderView {
     pub order_id: Uuid,
     pub event_id: String,
@@ -100,6 +98,33 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     }
 }
 
+/// Buys seats with the access token (one purchase per admission). The order
+/// is placed (seats held) at once and confirmed by the saga; follow it at
+/// `Location`.
+#[utoipa::path(
+    post,
+    path = "/v1/events/{event_id}/orders",
+    tag = "orders",
+    params(
+        ("event_id" = String, Path, description = "The event"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1-128 visible ASCII characters; a retry with the same key answers the same order"),
+    ),
+    request_body = BuyRequest,
+    security(("access_token" = [])),
+    responses(
+        (status = 202, description = "Placed; `Location: /v1/orders/{order_id}`", body = Bought),
+        (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`invalid-token`", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`wrong-event`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`token-used`", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "`sold-out`", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`payload-too-large`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-quantity`, `invalid-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`rate-limited` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`overloaded`, `upstream-unavailable` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn buy(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
@@ -278,6 +303,21 @@ async fn authorized_order(
     Ok(order)
 }
 
+/// The order, its status in words and, once issued, where its tickets are.
+#[utoipa::path(
+    get,
+    path = "/v1/orders/{order_id}",
+    tag = "orders",
+    params(("order_id" = uuid::Uuid, Path, description = "The order")),
+    security(("order_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "The order", body = OrderView),
+        (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`invalid-token`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-order`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn get_order(
     State(state): State<AppState>,
     Path(order_id): Path<Uuid>,
@@ -298,6 +338,21 @@ async fn get_order(
 }
 
 /// `GET /v1/orders/{id}/tickets.pdf`: the order's tickets, one page a seat.
+/// The order's tickets: a PDF, one page a seat with its QR code.
+#[utoipa::path(
+    get,
+    path = "/v1/orders/{order_id}/tickets.pdf",
+    tag = "orders",
+    params(("order_id" = uuid::Uuid, Path, description = "The order")),
+    security(("order_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "The ticket PDF", body = Vec<u8>, content_type = "application/pdf"),
+        (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`invalid-token`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-order`, `tickets-not-issued`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn get_tickets(
     State(state): State<AppState>,
     Path(order_id): Path<Uuid>,

@@ -20,7 +20,8 @@ pub const CHALLENGE_TTL_S: u64 = 120;
 /// Highest difficulty an event may ask: about 16 million hashes on average.
 pub const MAX_BITS: u8 = 24;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A solved challenge: `SHA-256(challenge + ":" + fan_id + ":" + nonce)` starts with the asked zero bits.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Solution {
     pub challenge: String,
     pub nonce: String,

@@ -10,8 +10,6 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use boxoffice_contract::event::{now_ms, prequeue_score};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
@@ -19,16 +17,18 @@ use boxoffice_contract::token::{admission_jti, now_s, Claims, TokenUse};
 use boxoffice_contract::Problem;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::cache::EdgeEvent;
 use crate::events::unknown_event;
 use crate::{bearer, pow, redis_down, AppState};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/events/{event_id}/queue", post(join))
-        .route("/v1/events/{event_id}/queue/status", get(status))
-        .route("/v1/events/{event_id}/challenge", get(challenge))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(join))
+        .routes(routes!(status))
+        .routes(routes!(challenge))
 }
 
 /// Whether a fan id is acceptable: 1-64 of `[A-Za-z0-9._@+-]`.
@@ -52,7 +52,7 @@ fn eta_seconds(position: i64, rate: f64) -> Option<u64> {
     (rate > 0.0).then(|| (position as f64 / rate).ceil() as u64)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct JoinRequest {
     pub fan_id: String,
     /// Required when the event asks for proof of work.
@@ -60,7 +60,7 @@ pub struct JoinRequest {
     pub pow: Option<pow::Solution>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Challenge {
     pub challenge: String,
     /// 0 when the event asks no proof of work.
@@ -70,6 +70,16 @@ pub struct Challenge {
 }
 
 /// `GET /v1/events/{id}/challenge`: a proof-of-work challenge for joining.
+#[utoipa::path(
+    get,
+    path = "/v1/events/{event_id}/challenge",
+    tag = "queue",
+    params(("event_id" = String, Path, description = "The event")),
+    responses(
+        (status = 200, description = "A challenge; `difficulty_bits` 0 when the event asks no work", body = Challenge),
+        (status = 404, description = "`unknown-event`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn challenge(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
@@ -85,7 +95,7 @@ async fn challenge(
     }))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Joined {
     pub fan_id: String,
     pub state: String,
@@ -120,6 +130,27 @@ fn sold_out() -> Problem {
     Problem::new(StatusCode::GONE, "sold-out", "every seat is sold")
 }
 
+/// Joins the line (idempotent per fan: a repeat join keeps the place).
+#[utoipa::path(
+    post,
+    path = "/v1/events/{event_id}/queue",
+    tag = "queue",
+    params(("event_id" = String, Path, description = "The event")),
+    request_body = JoinRequest,
+    responses(
+        (status = 201, description = "In line; poll the status after `Retry-After` seconds", body = Joined),
+        (status = 200, description = "Already in line: the same place", body = Joined),
+        (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-event`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`not-open` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "`sold-out`, `closed`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-body`, `invalid-fan-id`, `invalid-proof-of-work`", body = Problem, content_type = "application/problem+json"),
+        (status = 428, description = "`proof-of-work-required`: solve `GET …/challenge` first", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`room-full`, `rate-limited` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`overloaded`, `upstream-unavailable` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn join(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
@@ -252,7 +283,7 @@ async fn join(
         .into_response())
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum QueueStatus {
     Waiting {
@@ -265,6 +296,23 @@ pub enum QueueStatus {
     },
 }
 
+/// The fan's place, or the access token once admitted. `Retry-After` says
+/// when to ask again (sooner near the front).
+#[utoipa::path(
+    get,
+    path = "/v1/events/{event_id}/queue/status",
+    tag = "queue",
+    params(("event_id" = String, Path, description = "The event")),
+    security(("queue_ticket" = [])),
+    responses(
+        (status = 200, description = "`waiting` with position and ETA, or `admitted` with the access token", body = QueueStatus),
+        (status = 401, description = "`invalid-ticket`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-event`", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "`sold-out`, `expired`", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`rate-limited`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`overloaded`, `upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn status(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
