@@ -46,6 +46,13 @@ ensure_chromium() {
   apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
 }
 
+# promtool checks and unit-tests the Prometheus alert rules in k8s/monitoring.
+ensure_promtool() {
+  command -v promtool >/dev/null && return
+  say "installing promtool (Debian package prometheus) for the alert-rule tests"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+}
+
 # start_kafka DATA_DIR: starts tansu with SQLite storage in DATA_DIR unless a
 # broker already answers on KAFKA_PORT. Sets KAFKA_PID when it started one.
 start_kafka() {

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 ensure_redis
 ensure_postgres
 ensure_chromium
+ensure_promtool
 start_kafka .run/test-kafka
 trap 'stop_pid "$KAFKA_PID"' EXIT
 

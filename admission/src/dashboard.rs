@@ -5,7 +5,8 @@
 //! Once a second (`--sample-ms`) the sampler reads each event's live stats
 //! (the same as `GET /admin/v1/events/{id}`) and the purchase pipeline's
 //! health from the order service (order outcomes, outbox backlog and oldest
-//! age, consumer lag, DLQ depth) and appends a [`Sample`]. Each replica keeps
+//! age, consumer lag, DLQ depth) and appends a [`Sample`]; it also exports
+//! `boxoffice_queue_oldest_wait_seconds{event}`. Each replica keeps
 //! its own window (`--history-samples`, ten minutes by default); Prometheus
 //! keeps the long history.
 //!
@@ -163,6 +164,9 @@ pub async fn sample_all(state: &AppState) -> anyhow::Result<usize> {
             dlq_messages: pipeline.as_ref().and_then(|p| p.dlq_messages),
             orders: pipeline.map(|p| p.orders).unwrap_or_default(),
         };
+        // Depth alone hides a stalled line; the head's wait is what is alerted on.
+        metrics::gauge!("boxoffice_queue_oldest_wait_seconds", "event" => event_id.clone())
+            .set(sample.oldest_wait_s);
         state.history.push(event_id, sample);
     }
     Ok(ids.len())

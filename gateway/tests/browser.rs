@@ -292,3 +292,72 @@ async fn the_ops_dashboard_charts_live_figures_and_its_controls_reach_the_admin_
     browser.stop().await;
     stack.stop().await;
 }
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn the_fan_page_counts_down_to_the_opening_and_says_sold_out(
+    pool_options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start(pool_options, connect).await;
+    // A sale that opens in an hour.
+    let opens_at = chrono::Utc::now() + chrono::Duration::hours(1);
+    let response = stack
+        .http
+        .put(format!("{}/admin/v1/events/later", stack.admission))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({
+            "name": "Later", "capacity": 10, "opens_at": opens_at, "admission_rate_per_s": 10.0,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    // A sale whose one seat is bought.
+    stack.create_event("gone", 1, 50.0, 4).await;
+    let (_, joined) = stack.join("gone", "lucky").await;
+    let access = stack
+        .wait_admitted("gone", joined["queue_ticket"].as_str().unwrap())
+        .await;
+    let (status, body) = stack.buy("gone", &access, 1, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    let browser = Browser::start().await;
+    let page = &browser.client;
+    page.goto(&format!("{}/?event=later", stack.gateway))
+        .await
+        .unwrap();
+    let countdown = browser
+        .wait_text("opens-in", "Opens in", Duration::from_secs(10))
+        .await;
+    assert!(
+        countdown.contains("59 min") || countdown.contains("1 h 00 min"),
+        "{countdown}"
+    );
+    // Joining early is answered with when the line opens, not an error page.
+    page.find(Locator::Id("join"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait_text("status", "The line opens in", Duration::from_secs(10))
+        .await;
+    browser.screenshot("fan-not-open").await;
+
+    page.goto(&format!("{}/?event=gone", stack.gateway))
+        .await
+        .unwrap();
+    browser
+        .wait_text("status", "Sold out", Duration::from_secs(10))
+        .await;
+    let join = page.find(Locator::Id("join")).await.unwrap();
+    assert_eq!(
+        join.prop("disabled").await.unwrap().as_deref(),
+        Some("true")
+    );
+    browser.screenshot("fan-sold-out").await;
+
+    browser.stop().await;
+    stack.stop().await;
+}

@@ -89,6 +89,84 @@ async fn purchase(stack: &Stack, event_id: &str, traceparent: &str) -> (String, 
     (order_id, answered)
 }
 
+fn monitoring_files() -> Vec<(&'static str, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../k8s/monitoring/");
+    ["prometheus-rules.yaml", "grafana-dashboard.json"]
+        .into_iter()
+        .map(|file| {
+            (
+                file,
+                std::fs::read_to_string(format!("{dir}{file}")).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Every `boxoffice_…` name in a text, histogram suffixes stripped.
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("boxoffice_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let name = name.strip_suffix("_bucket").unwrap_or(name);
+        names.insert(name.to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// The alert rules load, and each alert fires on the series it is meant
+/// for and not on healthy ones (promtool's rule unit tests); the Grafana
+/// dashboard is JSON whose every panel queries something.
+#[test]
+fn alert_rules_pass_promtool_and_the_dashboard_queries_boxoffice_series() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../k8s/monitoring");
+    for args in [
+        &["check", "rules", "prometheus-rules.yaml"][..],
+        &["test", "rules", "prometheus-rules.test.yaml"][..],
+    ] {
+        let out = std::process::Command::new("promtool")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (_, text) = &monitoring_files()[1];
+    let dashboard: Value = serde_json::from_str(text).unwrap();
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10);
+    for panel in panels {
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(
+            targets
+                .iter()
+                .all(|t| t["expr"].as_str().unwrap().contains("boxoffice_")),
+            "{}",
+            panel["title"]
+        );
+    }
+    let names = metric_names(text);
+    for required in [
+        "boxoffice_queue_oldest_wait_seconds",
+        "boxoffice_outbox_oldest_age_seconds",
+        "boxoffice_consumer_lag",
+        "boxoffice_dlq_messages_total",
+        "boxoffice_http_requests_total",
+    ] {
+        assert!(names.contains(required), "the dashboard lacks {required}");
+    }
+}
+
 /// `name{labels} value` lines of a Prometheus text exposition.
 fn samples(text: &str) -> Vec<(String, HashMap<String, String>, f64)> {
     text.lines()
@@ -283,6 +361,25 @@ async fn after_a_purchase_every_named_metric_is_exported_with_a_plausible_value(
         .map(|(name, v, _)| format!("{name} = {v:?}"))
         .collect();
     assert!(wrong.is_empty(), "missing or implausible: {wrong:#?}");
+
+    // What the alert rules and the Grafana dashboard query is what is exported.
+    let exported: std::collections::BTreeSet<&str> = all
+        .iter()
+        .map(|(name, _, _)| {
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(name)
+        })
+        .collect();
+    for (file, text) in monitoring_files() {
+        for name in metric_names(&text) {
+            assert!(
+                exported.contains(name.as_str()),
+                "{file} queries {name}, which no service exports"
+            );
+        }
+    }
     stack.stop().await;
 }
 
