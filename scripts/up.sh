@@ -70,8 +70,11 @@ BoxOffice is up.
   Fan page:              http://127.0.0.1:8080/?event=demo
   Fan API (gateway):     http://127.0.0.1:8080/v1/events/demo
   JWKS:                  http://127.0.0.1:8080/.well-known/jwks.json
+  Ops dashboard:         http://127.0.0.1:8081/admin/?event=demo  (enter the admin token)
   Admin API:             http://127.0.0.1:8081/admin/v1/events/demo
   Admin token:           $BOXOFFICE_ADMIN_TOKEN
+  OpenAPI:               http://127.0.0.1:8080/openapi.json  and  http://127.0.0.1:8081/openapi.json
+  Metrics:               http://127.0.0.1:{8080,8081,8082,8083}/metrics
   Payment provider:      http://127.0.0.1:8084/v1/knobs  (fake; PUT knobs to inject faults)
   Logs:                  $RUN/logs/
 Try: curl -s -X POST http://127.0.0.1:8080/v1/events/demo/queue -H 'Content-Type: application/json' -d '{"fan_id":"me"}'

@@ -56,7 +56,8 @@ pub struct ApiDoc;
 
 /// Every route and the OpenAPI document built from the same list.
 pub fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (document, cell) = openapi::document_route();
+    let (routes, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(get_event, put_event, patch_event))
         .routes(routes!(revoke))
         .routes(routes!(capacity))
@@ -69,14 +70,15 @@ pub fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) 
         .routes(routes!(openapi::healthz))
         .routes(routes!(openapi::metrics))
         .routes(routes!(readyz))
-        .routes(routes!(openapi::openapi_json))
-        .split_for_parts()
+        .merge(document)
+        .split_for_parts();
+    let _ = cell.set(doc.clone());
+    (routes, doc)
 }
 
 pub fn router(state: AppState) -> Router {
-    let (routes, doc) = routes(&state);
+    let (routes, _) = routes(&state);
     boxoffice_contract::problem::with_fallbacks(routes)
-        .layer(axum::Extension(std::sync::Arc::new(doc)))
         .with_state(state)
         .layer(axum::middleware::from_fn(
             boxoffice_contract::telemetry::observe,

@@ -4,12 +4,14 @@
 //! its document from its routes (utoipa-axum's `routes!`), so a route cannot
 //! be served undocumented, and serves it at `/openapi.json`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::Extension;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::OpenApi;
 use utoipa::Modify;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -70,6 +72,20 @@ fn add_bearer(openapi: &mut OpenApi, name: &str, format: &str, description: &str
         );
 }
 
+/// Where a service puts its finished document for `/openapi.json` to serve.
+pub type DocumentCell = Arc<OnceLock<OpenApi>>;
+
+/// The `/openapi.json` route, and the cell to put the document in once every
+/// route (this one included) has been added. Only this route carries the
+/// cell, so no other request pays for it.
+pub fn document_route<S: Clone + Send + Sync + 'static>() -> (OpenApiRouter<S>, DocumentCell) {
+    let cell = DocumentCell::default();
+    let router = OpenApiRouter::new()
+        .routes(routes!(openapi_json))
+        .layer(Extension(cell.clone()));
+    (router, cell)
+}
+
 /// This service's OpenAPI 3.1 document.
 #[utoipa::path(
     get,
@@ -77,8 +93,13 @@ fn add_bearer(openapi: &mut OpenApi, name: &str, format: &str, description: &str
     tag = "meta",
     responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"))
 )]
-pub async fn openapi_json(Extension(doc): Extension<Arc<OpenApi>>) -> axum::Json<OpenApi> {
-    axum::Json((*doc).clone())
+async fn openapi_json(Extension(cell): Extension<DocumentCell>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match cell.get() {
+        Some(doc) => axum::Json(doc).into_response(),
+        None => crate::Problem::unavailable("not-ready", "the document is being built", 1)
+            .into_response(),
+    }
 }
 
 /// Liveness: the process answers.

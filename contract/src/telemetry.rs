@@ -8,21 +8,26 @@
 //!   the request's trace on the answer.
 //! - [`prometheus`] / [`metrics_endpoint`]: the process's recorder and `/metrics`.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
+use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
 use crate::trace::{TraceContext, TRACEPARENT};
 
-/// Installs the process's log subscriber (a second call is a no-op, so tests
+/// Installs the process's log subscriber and metrics recorder, before
+/// anything is logged or counted (a second call is a no-op, so tests
 /// starting several services in one process may all call it).
 pub fn init(json: bool) {
+    prometheus();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let _ = if json {
@@ -52,6 +57,15 @@ pub fn prometheus() -> &'static PrometheusHandle {
             .expect("non-empty buckets")
             .build_recorder();
         let handle = recorder.handle();
+        // Histogram samples are kept raw until folded into buckets; without a
+        // scrape they would pile up, so fold them every few seconds.
+        let upkeep = handle.clone();
+        let _ = std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(5));
+                upkeep.run_upkeep();
+            });
         if metrics::set_global_recorder(recorder).is_err() {
             tracing::warn!(
                 "a metrics recorder was already installed; /metrics shows only this one"
@@ -88,6 +102,38 @@ pub async fn mark_route(request: Request, next: Next) -> Response {
     response
 }
 
+/// Counts and times one answer. Looking a series up in the registry (a key
+/// built from owned label strings, hashed) costs more than updating it, so
+/// each thread keeps the handles it has used, by route and status.
+fn record_http(route: &str, status: StatusCode, seconds: f64) {
+    type Handles = HashMap<String, (Histogram, HashMap<u16, Counter>)>;
+    thread_local! {
+        static HANDLES: RefCell<Handles> = RefCell::default();
+    }
+    HANDLES.with(|handles| {
+        let mut handles = handles.borrow_mut();
+        if !handles.contains_key(route) {
+            let histogram = metrics::histogram!(
+                "boxoffice_http_request_duration_seconds",
+                "route" => route.to_owned()
+            );
+            handles.insert(route.to_owned(), (histogram, HashMap::new()));
+        }
+        let (histogram, counters) = handles.get_mut(route).expect("inserted above");
+        histogram.record(seconds);
+        counters
+            .entry(status.as_u16())
+            .or_insert_with(|| {
+                metrics::counter!(
+                    "boxoffice_http_requests_total",
+                    "route" => route.to_owned(),
+                    "status" => status.as_str().to_owned()
+                )
+            })
+            .increment(1);
+    });
+}
+
 /// The span, the trace context, the HTTP metrics. Handlers find the request's
 /// [`TraceContext`] in its extensions (and hand `cx.child()` downstream).
 pub async fn observe(mut request: Request, next: Next) -> Response {
@@ -99,10 +145,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
             .and_then(|v| v.to_str().ok()),
     );
     request.extensions_mut().insert(cx);
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned());
+    let matched = request.extensions().get::<MatchedPath>().cloned();
     let span = tracing::info_span!(
         "request",
         method = %request.method(),
@@ -112,17 +155,9 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .unwrap_or(""),
-        trace_id = %cx.trace_id_hex(),
+        trace_id = %cx.trace_id_display(),
     );
     let mut response = next.run(request).instrument(span.clone()).await;
-    let route = route
-        .or_else(|| {
-            response
-                .extensions()
-                .get::<RouteOf>()
-                .map(|r| r.0.as_str().to_owned())
-        })
-        .unwrap_or_else(|| "unmatched".to_owned());
     let status = response.status();
     let elapsed = started.elapsed();
     if status.is_server_error() {
@@ -134,14 +169,11 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
             )
         });
     }
-    metrics::counter!(
-        "boxoffice_http_requests_total",
-        "route" => route.clone(),
-        "status" => status.as_str().to_owned()
-    )
-    .increment(1);
-    metrics::histogram!("boxoffice_http_request_duration_seconds", "route" => route)
-        .record(elapsed.as_secs_f64());
+    let route = matched
+        .as_ref()
+        .or_else(|| response.extensions().get::<RouteOf>().map(|r| &r.0))
+        .map_or("unmatched", MatchedPath::as_str);
+    record_http(route, status, elapsed.as_secs_f64());
     if let Ok(value) = HeaderValue::from_str(&cx.to_string()) {
         response.headers_mut().insert(TRACEPARENT, value);
     }

@@ -73,7 +73,12 @@ impl TraceContext {
 
     /// The trace id as 32 lowercase hex digits, as logs and tracing back ends show it.
     pub fn trace_id_hex(&self) -> String {
-        format!("{:032x}", self.trace_id)
+        self.trace_id_display().to_string()
+    }
+
+    /// The same, written straight into a log field without a `String` first.
+    pub fn trace_id_display(&self) -> impl fmt::Display {
+        TraceId(self.trace_id)
     }
 }
 
@@ -86,6 +91,14 @@ impl fmt::Display for TraceContext {
             self.span_id,
             u8::from(self.sampled)
         )
+    }
+}
+
+struct TraceId(u128);
+
+impl fmt::Display for TraceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
     }
 }
 

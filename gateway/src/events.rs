@@ -25,7 +25,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(openapi::healthz))
         .routes(routes!(readyz))
         .routes(routes!(openapi::metrics))
-        .routes(routes!(openapi::openapi_json))
 }
 
 pub fn unknown_event() -> Problem {

@@ -114,18 +114,20 @@ pub struct ApiDoc;
 
 /// Every route and the OpenAPI document built from the same list.
 pub fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (document, cell) = boxoffice_contract::openapi::document_route();
+    let (routes, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(events::router())
         .merge(queue::router())
         .merge(orders::router(state.keys.clone()))
-        .split_for_parts()
+        .merge(document)
+        .split_for_parts();
+    let _ = cell.set(doc.clone());
+    (routes, doc)
 }
 
 pub fn router(state: AppState) -> Router {
-    let (routes, doc) = routes(&state);
-    boxoffice_contract::problem::with_fallbacks(routes)
-        .layer(axum::Extension(Arc::new(doc)))
-        .with_state(state)
+    let (routes, _) = routes(&state);
+    boxoffice_contract::problem::with_fallbacks(routes).with_state(state)
 }
 
 /// The routes inside the protective layers: what `serve` runs.
