@@ -56,24 +56,21 @@ pub struct ApiDoc;
 
 /// Every route and the OpenAPI document built from the same list.
 pub fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    let (document, cell) = openapi::document_route();
-    let (routes, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(get_event, put_event, patch_event))
-        .routes(routes!(revoke))
-        .routes(routes!(capacity))
-        .routes(routes!(dashboard::list_events))
-        .routes(routes!(dashboard::history))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
-        .routes(routes!(dashboard::page))
-        .routes(routes!(dashboard::page_redirect))
-        .routes(routes!(dashboard::asset))
-        .routes(routes!(openapi::healthz))
-        .routes(routes!(openapi::metrics))
-        .routes(routes!(readyz))
-        .merge(document)
-        .split_for_parts();
-    let _ = cell.set(doc.clone());
-    (routes, doc)
+    openapi::finish(
+        OpenApiRouter::with_openapi(ApiDoc::openapi())
+            .routes(routes!(get_event, put_event, patch_event))
+            .routes(routes!(revoke))
+            .routes(routes!(capacity))
+            .routes(routes!(dashboard::list_events))
+            .routes(routes!(dashboard::history))
+            .route_layer(middleware::from_fn_with_state(state.clone(), require_admin))
+            .routes(routes!(dashboard::page))
+            .routes(routes!(dashboard::page_redirect))
+            .routes(routes!(dashboard::asset))
+            .routes(routes!(openapi::healthz))
+            .routes(routes!(openapi::metrics))
+            .routes(routes!(readyz)),
+    )
 }
 
 pub fn router(state: AppState) -> Router {

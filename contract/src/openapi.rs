@@ -72,18 +72,22 @@ fn add_bearer(openapi: &mut OpenApi, name: &str, format: &str, description: &str
         );
 }
 
-/// Where a service puts its finished document for `/openapi.json` to serve.
-pub type DocumentCell = Arc<OnceLock<OpenApi>>;
+/// Where [`finish`] puts the document for `/openapi.json` to serve.
+type DocumentCell = Arc<OnceLock<OpenApi>>;
 
-/// The `/openapi.json` route, and the cell to put the document in once every
-/// route (this one included) has been added. Only this route carries the
-/// cell, so no other request pays for it.
-pub fn document_route<S: Clone + Send + Sync + 'static>() -> (OpenApiRouter<S>, DocumentCell) {
+/// Adds `/openapi.json` to a service's routes and splits them into the axum
+/// router and the document, which that route then serves. Only that route
+/// carries the document, so no other request pays for it.
+pub fn finish<S: Clone + Send + Sync + 'static>(
+    router: OpenApiRouter<S>,
+) -> (axum::Router<S>, OpenApi) {
     let cell = DocumentCell::default();
-    let router = OpenApiRouter::new()
+    let document = OpenApiRouter::new()
         .routes(routes!(openapi_json))
         .layer(Extension(cell.clone()));
-    (router, cell)
+    let (routes, doc) = router.merge(document).split_for_parts();
+    let _ = cell.set(doc.clone());
+    (routes, doc)
 }
 
 /// This service's OpenAPI 3.1 document.

@@ -114,15 +114,12 @@ pub struct ApiDoc;
 
 /// Every route and the OpenAPI document built from the same list.
 pub fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    let (document, cell) = boxoffice_contract::openapi::document_route();
-    let (routes, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .merge(events::router())
-        .merge(queue::router())
-        .merge(orders::router(state.keys.clone()))
-        .merge(document)
-        .split_for_parts();
-    let _ = cell.set(doc.clone());
-    (routes, doc)
+    boxoffice_contract::openapi::finish(
+        OpenApiRouter::with_openapi(ApiDoc::openapi())
+            .merge(events::router())
+            .merge(queue::router())
+            .merge(orders::router(state.keys.clone())),
+    )
 }
 
 pub fn router(state: AppState) -> Router {

@@ -47,16 +47,9 @@ async fn a_fan_proves_work_joins_waits_buys_and_gets_tickets_in_a_browser(
     browser
         .wait_text("name", "Test ev", Duration::from_secs(10))
         .await;
-    let fan = page.find(Locator::Id("fan")).await.unwrap();
-    fan.clear().await.unwrap();
-    fan.send_keys("browser-fan").await.unwrap();
+    browser.fill("fan", "browser-fan").await;
     browser.screenshot("1-event").await;
-    page.find(Locator::Id("join"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.click("#join").await;
 
     // The page solves the challenge, joins, waits and is admitted.
     browser
@@ -70,12 +63,7 @@ async fn a_fan_proves_work_joins_waits_buys_and_gets_tickets_in_a_browser(
         .select_by_index(1)
         .await
         .unwrap();
-    page.find(Locator::Id("buy"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.click("#buy").await;
     browser
         .wait_text("tickets", "2 ticket(s) issued", Duration::from_secs(90))
         .await;
@@ -85,12 +73,7 @@ async fn a_fan_proves_work_joins_waits_buys_and_gets_tickets_in_a_browser(
     assert!(status.contains("tickets ready"), "{status}");
     browser.screenshot("3-confirmed").await;
     // The page offers the PDF and fetches it with the order token.
-    page.find(Locator::Id("download"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.click("#download").await;
     browser
         .wait_text("status", "Tickets downloaded", Duration::from_secs(10))
         .await;
@@ -174,25 +157,13 @@ async fn the_ops_dashboard_charts_live_figures_and_its_controls_reach_the_admin_
         .await
         .unwrap();
     // A wrong token is refused and says so.
-    let token = page.find(Locator::Id("token")).await.unwrap();
-    token.send_keys("not-the-token").await.unwrap();
-    page.find(Locator::Css("#login button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.fill("token", "not-the-token").await;
+    browser.click("#login button").await;
     browser
         .wait_text("status", "token was refused", Duration::from_secs(10))
         .await;
-    token.clear().await.unwrap();
-    token.send_keys(ADMIN_TOKEN).await.unwrap();
-    page.find(Locator::Css("#login button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.fill("token", ADMIN_TOKEN).await;
+    browser.click("#login button").await;
 
     // Seven charts, each drawn (a canvas) with several samples of live data.
     let charts = wait_js(
@@ -234,15 +205,8 @@ async fn the_ops_dashboard_charts_live_figures_and_its_controls_reach_the_admin_
     browser.screenshot("dashboard-1-charts").await;
 
     // A rate change from the page is what the admin API then reports.
-    let rate = page.find(Locator::Id("rate")).await.unwrap();
-    rate.clear().await.unwrap();
-    rate.send_keys("7.5").await.unwrap();
-    page.find(Locator::Id("rate-apply"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.fill("rate", "7.5").await;
+    browser.click("#rate-apply").await;
     browser
         .wait_text(
             "status",
@@ -256,12 +220,7 @@ async fn the_ops_dashboard_charts_live_figures_and_its_controls_reach_the_admin_
         .await;
 
     // Pause and resume.
-    page.find(Locator::Id("pause"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.click("#pause").await;
     browser
         .wait_text("status", "Admission paused", Duration::from_secs(10))
         .await;
@@ -273,16 +232,9 @@ async fn the_ops_dashboard_charts_live_figures_and_its_controls_reach_the_admin_
 
     // The capacity planner: λ = 200/s, S = 50 ms, ρ = 0.5 → 20 workers.
     for (id, value) in [("lambda", "200"), ("service", "50"), ("rho", "0.5")] {
-        let input = page.find(Locator::Id(id)).await.unwrap();
-        input.clear().await.unwrap();
-        input.send_keys(value).await.unwrap();
+        browser.fill(id, value).await;
     }
-    page.find(Locator::Css("#planner button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.click("#planner button").await;
     let plan = browser
         .wait_text("plan", "Workers at ρ", Duration::from_secs(10))
         .await;
@@ -334,12 +286,7 @@ async fn the_fan_page_counts_down_to_the_opening_and_says_sold_out(
         "{countdown}"
     );
     // Joining early is answered with when the line opens, not an error page.
-    page.find(Locator::Id("join"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.click("#join").await;
     browser
         .wait_text("status", "The line opens in", Duration::from_secs(10))
         .await;

@@ -88,6 +88,28 @@ impl Browser {
         }
     }
 
+    /// Clicks the element `css` selects.
+    pub async fn click(&self, css: &str) {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"))
+            .click()
+            .await
+            .unwrap();
+    }
+
+    /// Replaces the text of the input whose id is `id`.
+    pub async fn fill(&self, id: &str, text: &str) {
+        let input = self
+            .client
+            .find(Locator::Id(id))
+            .await
+            .unwrap_or_else(|e| panic!("#{id}: {e}"));
+        input.clear().await.unwrap();
+        input.send_keys(text).await.unwrap();
+    }
+
     pub async fn screenshot(&self, name: &str) {
         let dir =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-artifacts");
