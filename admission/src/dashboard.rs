@@ -229,7 +229,9 @@ pub struct HistoryView {
         (status = 200, description = "Samples after `since_ms`, oldest first", body = HistoryView),
         (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown-event`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid-field`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn history(
@@ -239,6 +241,14 @@ pub async fn history(
 ) -> Result<axum::Json<HistoryView>, Problem> {
     check_event_id(&event_id)?;
     let Query(query) = query.map_err(|e| Problem::bad_request(e.body_text()))?;
+    let mut redis = state.redis.clone();
+    let known: bool = redis
+        .sismember(events_key(&state.config.redis_prefix), &event_id)
+        .await
+        .map_err(redis_down)?;
+    if !known {
+        return Err(Problem::not_found("unknown-event", "no such event"));
+    }
     Ok(axum::Json(HistoryView {
         samples: state.history.since(&event_id, query.since_ms),
         event_id,

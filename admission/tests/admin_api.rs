@@ -158,3 +158,99 @@ async fn the_planner_refuses_bad_input_clearly() {
     let (status, _) = get("/admin/v1/capacity?arrival_rate=1&service_time_ms=1", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test]
+async fn the_dashboard_history_holds_each_events_samples_and_refuses_unknown_events() {
+    use boxoffice_contract::event::{EventConfig, FIFO_BASE};
+    use boxoffice_contract::keys::{events_key, EventKeys};
+    use redis::AsyncCommands;
+
+    let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
+    let event = "dash";
+    let keys = EventKeys::new(&prefix, event);
+    let mut redis = redis().await;
+    let config = {
+        let mut c = EventConfig::open("Dash", 1_000, 25.0);
+        c.shuffle_seed = "seed".into();
+        c
+    };
+    let _: () = redis
+        .hset_multiple(keys.config(), &config.to_fields())
+        .await
+        .unwrap();
+    let _: () = redis.sadd(events_key(&prefix), event).await.unwrap();
+    let fans: Vec<(u64, String)> = (1..=40)
+        .map(|i| (FIFO_BASE + i, format!("fan-{i}")))
+        .collect();
+    let _: () = redis.zadd_multiple(keys.queue(), &fans).await.unwrap();
+
+    let state = {
+        let mut c = admission::Config::defaults("admin");
+        c.redis_prefix = prefix.clone();
+        // No order service: the pipeline figures are missing, the sampler carries on.
+        c.order_service_url = "http://127.0.0.1:9".into();
+        c.history_samples = 2;
+        admission::AppState::new(redis.clone(), c).unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(admission::dashboard::sample_all(&state).await.unwrap(), 1);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let app = admission::api::router(state);
+
+    let (status, body) = call(
+        app.clone(),
+        "/admin/v1/events/dash/history?since_ms=0",
+        Some("admin"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let history: Value = serde_json::from_slice(&body).unwrap();
+    let samples = history["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 2, "the window keeps the newest two");
+    assert_eq!(samples[1]["queue_length"], 40);
+    assert_eq!(samples[1]["rate_set"], 25.0);
+    assert_eq!(samples[1]["outbox_backlog"], Value::Null);
+    let first = samples[0]["t_ms"].as_i64().unwrap();
+    let (_, body) = call(
+        app.clone(),
+        &format!("/admin/v1/events/dash/history?since_ms={first}"),
+        Some("admin"),
+    )
+    .await;
+    let later: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(later["samples"].as_array().unwrap().len(), 1);
+
+    let (status, body) = call(app.clone(), "/admin/v1/events", Some("admin")).await;
+    assert_eq!(status, StatusCode::OK);
+    let events: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(events[0]["event_id"], "dash");
+    assert_eq!(events[0]["name"], "Dash");
+
+    for (uri, token, expected) in [
+        (
+            "/admin/v1/events/nope/history",
+            Some("admin"),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/admin/v1/events/dash/history?since_ms=soon",
+            Some("admin"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/admin/v1/events/dash/history",
+            None,
+            StatusCode::UNAUTHORIZED,
+        ),
+        ("/admin/v1/events", Some("wrong"), StatusCode::UNAUTHORIZED),
+    ] {
+        let (status, body) = call(app.clone(), uri, token).await;
+        assert_eq!(status, expected, "{uri}");
+        let problem: Value = serde_json::from_slice(&body).unwrap();
+        assert!(
+            problem["type"].as_str().unwrap().contains("/problems/"),
+            "{uri}"
+        );
+    }
+}

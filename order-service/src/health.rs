@@ -65,7 +65,6 @@ pub async fn database(pool: &PgPool, event_id: Option<&str>) -> sqlx::Result<Hea
 pub struct BrokerProbe {
     consumer: Arc<BaseConsumer>,
     topic: String,
-    group: String,
     timeout: Duration,
 }
 
@@ -80,17 +79,12 @@ impl BrokerProbe {
         Ok(Self {
             consumer: Arc::new(consumer),
             topic: topic.to_owned(),
-            group: group.to_owned(),
             timeout: Duration::from_secs(2),
         })
     }
 
     pub fn topic(&self) -> &str {
         &self.topic
-    }
-
-    pub fn group(&self) -> &str {
-        &self.group
     }
 
     /// Whether the broker answers a metadata request within a second.
@@ -111,7 +105,8 @@ impl BrokerProbe {
         tokio::task::spawn_blocking(move || partition_lag(&consumer, &topic, timeout)).await?
     }
 
-    /// Messages held by the dead-letter topic `{topic}.dlq` (0 when it does not exist yet).
+    /// Messages held by the dead-letter topic `{topic}.dlq`, the workers'
+    /// default (0 when it does not exist yet; it is not created by asking).
     pub async fn dlq_depth(&self) -> anyhow::Result<i64> {
         let (consumer, topic, timeout) = (
             self.consumer.clone(),
