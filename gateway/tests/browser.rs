@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::browser::Browser;
 use common::{Stack, ADMIN_TOKEN};
+use fantoccini::key::Key;
 use fantoccini::Locator;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -285,8 +286,28 @@ async fn the_fan_page_counts_down_to_the_opening_and_says_sold_out(
         countdown.contains("59 min") || countdown.contains("1 h 00 min"),
         "{countdown}"
     );
-    // Joining early is answered with when the line opens, not an error page.
-    browser.click("#join").await;
+    // Keyboard only: every control is labelled, Tab from the fan id reaches
+    // the join button and Enter presses it. Joining early is answered with
+    // when the line opens, not an error.
+    let unlabelled = page
+        .execute(
+            "return [...document.querySelectorAll('input, select, button')] \
+               .filter(e => e.tagName === 'BUTTON' ? !e.textContent.trim() : e.labels.length === 0) \
+               .map(e => e.id)",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(unlabelled, json!([]));
+    page.find(Locator::Id("fan"))
+        .await
+        .unwrap()
+        .send_keys(&Key::Tab)
+        .await
+        .unwrap();
+    let focused = page.active_element().await.unwrap();
+    assert_eq!(focused.attr("id").await.unwrap().as_deref(), Some("join"));
+    focused.send_keys(&Key::Enter).await.unwrap();
     browser
         .wait_text("status", "The line opens in", Duration::from_secs(10))
         .await;
