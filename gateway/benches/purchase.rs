@@ -15,14 +15,15 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "../../order-service/benches/support/mod.rs"]
+mod order_bench;
 
 use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use boxoffice_contract::token::{Claims, TokenUse};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::postgres::PgPoolOptions;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -116,23 +117,8 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let admin: PgConnectOptions = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-        .parse()
-        .unwrap();
-    let database = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin_conn = admin.connect().await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {database}"))
-        .execute(&mut admin_conn)
-        .await
-        .unwrap();
-    let connect = admin.clone().database(&database);
-    let migrate = PgPoolOptions::new()
-        .connect_with(connect.clone())
-        .await
-        .unwrap();
-    order_service::MIGRATOR.run(&migrate).await.unwrap();
-    migrate.close().await;
+    let db = order_bench::BenchDb::create().await;
+    let connect = db.connect.clone();
 
     let stack = common::Stack::start_with(PgPoolOptions::new(), connect, false).await;
     let event = "bench";
@@ -165,7 +151,8 @@ async fn main() {
     for ticket in &tokens {
         access.push(stack.wait_admitted(event, ticket).await);
     }
-    let tokens_file = std::env::temp_dir().join(format!("{database}.tokens"));
+    let tokens_file =
+        std::env::temp_dir().join(format!("bench-{}.tokens", uuid::Uuid::new_v4().simple()));
     std::fs::File::create(&tokens_file)
         .unwrap()
         .write_all(access.join("\n").as_bytes())
@@ -259,9 +246,5 @@ async fn main() {
     std::fs::remove_file(&tokens_file).ok();
     stack.stop().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
-        .execute(&mut admin_conn)
-        .await
-        .unwrap();
-    admin_conn.close().await.unwrap();
+    db.drop().await;
 }

@@ -16,6 +16,8 @@
 //! `cargo bench -p order-service --bench pipeline` (needs Redis, PostgreSQL
 //! with `pgbench`, and the Kafka broker).
 
+mod support;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -27,8 +29,8 @@ use order_service::{kafka, AppState, ServeConfig};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 const RUNNERS: usize = 8;
@@ -274,36 +276,17 @@ async fn relay_events_per_s(pool: &PgPool, events: usize) {
 #[tokio::main]
 async fn main() {
     boxoffice_contract::telemetry::init(false);
-    let admin: PgConnectOptions = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-        .parse()
-        .unwrap();
-    let database = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin_conn = admin.connect().await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {database}"))
-        .execute(&mut admin_conn)
-        .await
-        .unwrap();
-    let database_url = format!(
-        "postgres://{}@{}:{}/{database}",
-        admin.get_username(),
-        admin.get_host(),
-        admin.get_port()
-    );
+    let db = support::BenchDb::create().await;
+    let database_url = db.url.clone();
     let pool = PgPoolOptions::new()
         .max_connections(24)
-        .connect_with(admin.clone().database(&database))
+        .connect_with(db.connect.clone())
         .await
         .unwrap();
-    order_service::MIGRATOR.run(&pool).await.unwrap();
 
     confirmed_orders_per_s(&pool, &database_url, env_or("BENCH_ORDERS", 2_000)).await;
     relay_events_per_s(&pool, env_or("BENCH_EVENTS", 20_000)).await;
 
     pool.close().await;
-    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
-        .execute(&mut admin_conn)
-        .await
-        .unwrap();
-    admin_conn.close().await.unwrap();
+    db.drop().await;
 }

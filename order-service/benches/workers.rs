@@ -9,13 +9,15 @@
 //!
 //! `cargo bench -p order-service --bench workers` (needs PostgreSQL and the broker).
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use boxoffice_contract::envelope::{CloudEvent, OrderConfirmed, ORDER_CONFIRMED_V1};
 use order_service::{kafka, WorkerConfig, Workers};
 use rdkafka::producer::FutureRecord;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -133,27 +135,17 @@ async fn run(pool: &PgPool, brokers: &str, messages: usize, workers: usize, serv
 #[tokio::main]
 async fn main() {
     boxoffice_contract::telemetry::init(false);
-    let admin: PgConnectOptions = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-        .parse()
-        .unwrap();
     let brokers = std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into());
     let messages: usize = std::env::var("BENCH_MESSAGES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(600);
-    let database = format!("bench_{}", Uuid::new_v4().simple());
-    let mut admin_conn = admin.connect().await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {database}"))
-        .execute(&mut admin_conn)
-        .await
-        .unwrap();
+    let db = support::BenchDb::create().await;
     let pool = PgPoolOptions::new()
         .max_connections(40)
-        .connect_with(admin.clone().database(&database))
+        .connect_with(db.connect.clone())
         .await
         .unwrap();
-    order_service::MIGRATOR.run(&pool).await.unwrap();
     sqlx::query("INSERT INTO events (event_id, name, price_cents) VALUES ('bench', 'Bench', 100)")
         .execute(&pool)
         .await
@@ -175,9 +167,5 @@ async fn main() {
     }
 
     pool.close().await;
-    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
-        .execute(&mut admin_conn)
-        .await
-        .unwrap();
-    admin_conn.close().await.unwrap();
+    db.drop().await;
 }
