@@ -134,11 +134,13 @@ fn record_http(route: &str, status: StatusCode, seconds: f64) {
     });
 }
 
-/// The span, the trace context, the HTTP metrics. Handlers find the request's
-/// [`TraceContext`] in its extensions (and hand `cx.child()` downstream).
+/// The span, the trace context, the HTTP metrics. The request's span is a
+/// child of the caller's (`traceparent`), or a new trace's root; handlers find
+/// its [`TraceContext`] in the request's extensions and send it downstream as
+/// is, so the callee's span is a child of this one.
 pub async fn observe(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let cx = TraceContext::continue_or_start(
+    let (cx, parent) = TraceContext::span_under(
         request
             .headers()
             .get(TRACEPARENT)
@@ -156,6 +158,8 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
             .and_then(|v| v.to_str().ok())
             .unwrap_or(""),
         trace_id = %cx.trace_id_display(),
+        span_id = %cx.span_id_hex(),
+        parent_span_id = %parent,
     );
     let mut response = next.run(request).instrument(span.clone()).await;
     let status = response.status();

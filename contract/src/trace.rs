@@ -71,6 +71,22 @@ impl TraceContext {
         value.and_then(Self::parse).unwrap_or_else(Self::root)
     }
 
+    /// The context of a new span under the caller's (read from a header
+    /// value), and the caller's span id: what a service records on its span
+    /// (`span_id`, `parent_span_id`) and sends downstream as `traceparent`,
+    /// so the spans of one trace form a tree.
+    pub fn span_under(value: Option<&str>) -> (Self, ParentSpan) {
+        match value.and_then(Self::parse) {
+            Some(caller) => (caller.child(), ParentSpan(Some(caller.span_id))),
+            None => (Self::root(), ParentSpan(None)),
+        }
+    }
+
+    /// The span id as 16 lowercase hex digits.
+    pub fn span_id_hex(&self) -> String {
+        format!("{:016x}", self.span_id)
+    }
+
     /// The trace id as 32 lowercase hex digits, as logs and tracing back ends show it.
     pub fn trace_id_hex(&self) -> String {
         self.trace_id_display().to_string()
@@ -91,6 +107,19 @@ impl fmt::Display for TraceContext {
             self.span_id,
             u8::from(self.sampled)
         )
+    }
+}
+
+/// The caller's span id, shown as 16 hex digits (nothing for a trace's root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParentSpan(pub Option<u64>);
+
+impl fmt::Display for ParentSpan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, "{id:016x}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -181,6 +210,19 @@ mod tests {
         assert_eq!(child.trace_id, root.trace_id);
         assert_ne!(child.span_id, root.span_id);
         assert_eq!(TraceContext::parse(&child.to_string()), Some(child));
+    }
+
+    #[test]
+    fn a_span_under_the_caller_keeps_the_trace_and_names_its_parent() {
+        let (span, parent) = TraceContext::span_under(Some(EXAMPLE));
+        assert_eq!(span.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!(parent, ParentSpan(Some(0x00f067aa0ba902b7)));
+        assert_eq!(parent.to_string(), "00f067aa0ba902b7");
+        assert_ne!(span.span_id, 0x00f067aa0ba902b7);
+        assert_eq!(span.span_id_hex().len(), 16);
+        let (root, none) = TraceContext::span_under(Some("garbage"));
+        assert_eq!(none.to_string(), "");
+        assert_ne!(root.trace_id, span.trace_id);
     }
 
     #[test]

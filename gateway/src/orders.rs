@@ -203,7 +203,7 @@ async fn buy(
         .header("x-request-id", request_id)
         .header(
             TRACEPARENT,
-            trace.map_or_else(TraceContext::root, |t| t.child()).to_string(),
+            trace.map_or_else(TraceContext::root, |t| t.0).to_string(),
         )
         .json(&serde_json::json!({
             "order_id": order_id, "event_id": event_id, "fan_id": claims.sub, "quantity": request.quantity,

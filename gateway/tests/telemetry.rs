@@ -384,7 +384,7 @@ async fn after_a_purchase_every_named_metric_is_exported_with_a_plausible_value(
 }
 
 #[sqlx::test(migrations = "../order-service/migrations")]
-async fn the_ticket_workers_span_carries_the_trace_the_gateway_was_given(
+async fn one_purchase_is_one_trace_from_the_gateway_to_the_ticket_worker(
     pool_options: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
@@ -403,47 +403,71 @@ async fn the_ticket_workers_span_carries_the_trace_the_gateway_was_given(
         "{answered}"
     );
 
-    // Each hop's span, by its name, for lines about this order.
-    let spans_with_trace = |name: &str| -> Vec<Value> {
-        logs.lines()
-            .into_iter()
-            .filter(|line| {
-                line["spans"].as_array().is_some_and(|spans| {
-                    spans
-                        .iter()
-                        .any(|s| s["name"] == name && s["trace_id"] == trace_id)
-                })
+    // Each hop's span is a child of the one before: client ▸ gateway request
+    // ▸ order service request ▸ saga step ▸ ticket worker message.
+    let lines = logs.lines();
+    let span_of = |message: &str, span: &str| -> Vec<Value> {
+        lines
+            .iter()
+            .filter(|l| {
+                l["fields"]["message"] == message
+                    && l["span"]["name"] == span
+                    && l["span"]["trace_id"] == trace_id
             })
+            .map(|l| l["span"].clone())
             .collect()
     };
-    let gateway = spans_with_trace("request");
-    assert!(
-        gateway
-            .iter()
-            .any(|l| l["fields"]["message"] == "order placed"),
-        "the gateway's purchase line lacks the trace: {gateway:#?}"
+    let gateway = span_of("order placed", "request");
+    assert_eq!(
+        gateway.len(),
+        1,
+        "the gateway's purchase line lacks the trace"
     );
-    let saga = spans_with_trace("saga");
+    assert_eq!(gateway[0]["parent_span_id"], "00f067aa0ba902b7");
+    let gateway_span = gateway[0]["span_id"].as_str().unwrap();
+    assert_eq!(answered, format!("00-{trace_id}-{gateway_span}-01"));
+
+    let orders = span_of("seats held", "request");
+    assert_eq!(orders.len(), 1, "the order service's line lacks the trace");
+    assert_eq!(orders[0]["parent_span_id"], gateway_span);
+    let order_span = orders[0]["span_id"].as_str().unwrap();
+
+    let saga: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["span"]["name"] == "saga" && l["span"]["order_id"] == order_id.as_str())
+        .map(|l| &l["span"])
+        .collect();
+    assert!(!saga.is_empty(), "no saga line of {order_id}");
     assert!(
         saga.iter()
-            .any(|l| l["span"]["order_id"] == order_id.as_str()),
-        "no saga line of {order_id} in the trace"
+            .all(|s| s["trace_id"] == trace_id && s["parent_span_id"] == order_span),
+        "{saga:#?}"
     );
-    let worker = spans_with_trace("message");
-    let issued = worker
+    let saga_spans: Vec<&str> = saga
         .iter()
-        .find(|l| l["fields"]["message"] == "tickets issued")
-        .unwrap_or_else(|| panic!("the worker's span lacks the trace: {worker:#?}"));
-    assert_eq!(issued["span"]["key"], order_id.as_str());
-    assert_eq!(issued["fields"]["order_id"], order_id.as_str());
+        .map(|s| s["span_id"].as_str().unwrap())
+        .collect();
 
-    // The context rode in the Kafka record's headers, via the outbox row.
-    let stored: Option<String> =
-        sqlx::query_scalar("SELECT traceparent FROM orders WHERE order_id = $1::uuid")
-            .bind(&order_id)
-            .fetch_one(&stack.pool)
-            .await
-            .unwrap();
-    assert!(stored.unwrap().starts_with(&format!("00-{trace_id}-")));
+    let worker = span_of("tickets issued", "message");
+    assert_eq!(worker.len(), 1, "the worker's span lacks the trace");
+    assert_eq!(worker[0]["key"], order_id.as_str());
+    let parent = worker[0]["parent_span_id"].as_str().unwrap();
+    assert!(
+        saga_spans.contains(&parent),
+        "the worker's parent {parent} is no saga span of the order: {saga_spans:?}"
+    );
+
+    // The context rode from the order row through the outbox row (and the
+    // Kafka headers) to the worker.
+    let (on_order, on_outbox): (Option<String>, Option<String>) = sqlx::query_as(
+        "SELECT o.traceparent, x.traceparent FROM orders o
+         JOIN outbox x ON x.aggregate_id = o.order_id::text WHERE o.order_id = $1::uuid",
+    )
+    .bind(&order_id)
+    .fetch_one(&stack.pool)
+    .await
+    .unwrap();
+    assert_eq!(on_order, Some(format!("00-{trace_id}-{order_span}-01")));
+    assert_eq!(on_outbox, Some(format!("00-{trace_id}-{parent}-01")));
     stack.stop().await;
 }

@@ -143,11 +143,15 @@ pub async fn advance_one(state: &AppState) -> Result<bool, StoreError> {
         attempts,
         traceparent,
     } = claimed;
-    let trace = TraceContext::continue_or_start(traceparent.as_deref());
+    // A span under the request that placed the order; the confirmation hands
+    // it on through the outbox row to the ticket worker.
+    let (trace, parent) = TraceContext::span_under(traceparent.as_deref());
     let span = tracing::info_span!(
         "saga",
         order_id = %order.order_id,
-        trace_id = %trace.trace_id_hex()
+        trace_id = %trace.trace_id_hex(),
+        span_id = %trace.span_id_hex(),
+        parent_span_id = %parent
     );
     async {
         let key = order.order_id.to_string();
@@ -159,13 +163,13 @@ pub async fn advance_one(state: &AppState) -> Result<bool, StoreError> {
                     tracing::info!(error = ?result.err(), "charge outcome unknown; reconciling by key");
                     decision = Decision::after_lookup(&state.payments.lookup(&key).await);
                 }
-                apply(state, &order, decision, attempts).await
+                apply(state, &order, decision, attempts, &trace).await
             }
             Some(Step::Sweep) => {
                 let decision = Decision::after_void(&state.payments.void(&key).await);
-                apply(state, &order, decision, attempts).await
+                apply(state, &order, decision, attempts, &trace).await
             }
-            Some(Step::SellAndConfirm) => sell_and_confirm(state, &order).await,
+            Some(Step::SellAndConfirm) => sell_and_confirm(state, &order, &trace).await,
             None => Ok(()),
         }
     }
@@ -179,12 +183,13 @@ async fn apply(
     order: &Order,
     decision: Decision,
     attempts: i32,
+    trace: &TraceContext,
 ) -> Result<(), StoreError> {
     match decision {
         Decision::Charged => {
             if store::mark_charged(&state.pool, order.order_id, order.amount_cents).await? {
                 count("charged");
-                sell_and_confirm(state, order).await?;
+                sell_and_confirm(state, order, trace).await?;
             } else {
                 tracing::warn!(order_id = %order.order_id, "captured after the order failed; refunding");
             }
@@ -209,7 +214,11 @@ async fn apply(
 
 /// Step 4 and 5 in one transaction: seats held → sold, order confirmed and
 /// its `OrderConfirmed` written to the outbox.
-async fn sell_and_confirm(state: &AppState, order: &Order) -> Result<(), StoreError> {
+async fn sell_and_confirm(
+    state: &AppState,
+    order: &Order,
+    trace: &TraceContext,
+) -> Result<(), StoreError> {
     let mut tx = state.pool.begin().await?;
     if !store::lock_charged(&mut tx, order.order_id).await? {
         return Ok(());
@@ -223,6 +232,7 @@ async fn sell_and_confirm(state: &AppState, order: &Order) -> Result<(), StoreEr
         first_seat,
         ORDER_CONFIRMED_V1,
         &payload,
+        &trace.to_string(),
     )
     .await?;
     tx.commit().await?;

@@ -380,13 +380,15 @@ pub async fn sell_held_seats(
     Ok(sold - quantity + 1)
 }
 
-/// Confirms the order and writes its outbox row in the same transaction.
+/// Confirms the order and writes its outbox row in the same transaction; the
+/// row carries the confirming span's `traceparent` for the relay to send on.
 pub async fn confirm(
     tx: &mut Transaction<'_, Postgres>,
     order_id: Uuid,
     first_seat: i32,
     event_type: &str,
     payload: &serde_json::Value,
+    traceparent: &str,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE orders SET status = 'confirmed', first_seat = $2, hold_expires_at = NULL,
@@ -398,12 +400,12 @@ pub async fn confirm(
     .await?;
     sqlx::query(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, traceparent)
-         VALUES ('order', $1, $2, $3, (SELECT traceparent FROM orders WHERE order_id = $4))",
+         VALUES ('order', $1, $2, $3, $4)",
     )
     .bind(order_id.to_string())
     .bind(event_type)
     .bind(payload)
-    .bind(order_id)
+    .bind(traceparent)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -254,7 +254,7 @@ impl Handler {
     async fn run(&self, message: &OwnedMessage) -> Ended {
         use tracing::Instrument;
         // The purchase's trace continues here (a new one if the relay sent none).
-        let trace = TraceContext::continue_or_start(dlq::header(message, TRACEPARENT));
+        let (trace, parent) = TraceContext::span_under(dlq::header(message, TRACEPARENT));
         let span = tracing::info_span!(
             "message",
             topic = message.topic(),
@@ -264,7 +264,9 @@ impl Handler {
                 .key()
                 .and_then(|k| std::str::from_utf8(k).ok())
                 .unwrap_or(""),
-            trace_id = %trace.trace_id_hex()
+            trace_id = %trace.trace_id_hex(),
+            span_id = %trace.span_id_hex(),
+            parent_span_id = %parent
         );
         self.handle_with_retries(message).instrument(span).await
     }
