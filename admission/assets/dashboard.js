@@ -162,8 +162,10 @@ function appendSamples(samples) {
 
 async function poll() {
   if (!eventId) return;
+  const asked = eventId;
   try {
-    const history = await api("GET", `/admin/v1/events/${encodeURIComponent(eventId)}/history?since_ms=${lastT}`);
+    const history = await api("GET", `/admin/v1/events/${encodeURIComponent(asked)}/history?since_ms=${lastT}`);
+    if (asked !== eventId) return; // the event was switched while asking
     sampleMs = history.sample_ms || sampleMs;
     if (history.samples.length) {
       lastT = history.samples[history.samples.length - 1].t_ms;
@@ -291,6 +293,12 @@ $("planner").addEventListener("submit", async (e) => {
   } catch (error) {
     $("plan").replaceChildren();
     say("Planner: " + error.message, "error");
+  }
+});
+
+window.addEventListener("resize", () => {
+  for (const chart of charts) {
+    chart.plot.setSize({ width: Math.max(360, chart.card.clientWidth - 32), height: 200 });
   }
 });
 
