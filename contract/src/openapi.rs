@@ -13,9 +13,6 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-/// The media type of every error body.
-pub const PROBLEM_JSON: &str = "application/problem+json";
-
 /// The bearer tokens of the public API, by the name operations refer to.
 pub struct FanSecurity;
 
