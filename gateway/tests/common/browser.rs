@@ -118,10 +118,23 @@ impl Browser {
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
 
-    pub async fn stop(mut self) {
-        self.client.close().await.ok();
+    pub async fn stop(self) {
+        self.client.clone().close().await.ok();
+        // Drop ends chromedriver and the browser.
+    }
+}
+
+/// Also when a test panics: chromedriver and the browser it started (found by
+/// its throwaway profile) must not outlive the test.
+impl Drop for Browser {
+    fn drop(&mut self) {
         self.driver.kill().ok();
         self.driver.wait().ok();
+        Command::new("pkill")
+            .arg("-f")
+            .arg(self.profile.display().to_string())
+            .status()
+            .ok();
         std::fs::remove_dir_all(&self.profile).ok();
     }
 }
