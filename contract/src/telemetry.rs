@@ -157,7 +157,7 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .unwrap_or(""),
-        trace_id = %cx.trace_id_display(),
+        trace_id = %cx.trace_id_hex(),
         span_id = %cx.span_id_hex(),
         parent_span_id = %parent,
     );

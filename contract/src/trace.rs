@@ -66,11 +66,6 @@ impl TraceContext {
         })
     }
 
-    /// The caller's context from a header value, or a new trace.
-    pub fn continue_or_start(value: Option<&str>) -> Self {
-        value.and_then(Self::parse).unwrap_or_else(Self::root)
-    }
-
     /// The context of a new span under the caller's (read from a header
     /// value), and the caller's span id: what a service records on its span
     /// (`span_id`, `parent_span_id`) and sends downstream as `traceparent`,
@@ -82,19 +77,15 @@ impl TraceContext {
         }
     }
 
+    /// The trace id as 32 lowercase hex digits, as logs and tracing back
+    /// ends show it; written straight into a log field, no `String` first.
+    pub fn trace_id_hex(&self) -> impl fmt::Display {
+        Hex::<32>(self.trace_id)
+    }
+
     /// The span id as 16 lowercase hex digits.
-    pub fn span_id_hex(&self) -> String {
-        format!("{:016x}", self.span_id)
-    }
-
-    /// The trace id as 32 lowercase hex digits, as logs and tracing back ends show it.
-    pub fn trace_id_hex(&self) -> String {
-        self.trace_id_display().to_string()
-    }
-
-    /// The same, written straight into a log field without a `String` first.
-    pub fn trace_id_display(&self) -> impl fmt::Display {
-        TraceId(self.trace_id)
+    pub fn span_id_hex(&self) -> impl fmt::Display {
+        Hex::<16>(u128::from(self.span_id))
     }
 }
 
@@ -102,9 +93,9 @@ impl fmt::Display for TraceContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "00-{:032x}-{:016x}-{:02x}",
-            self.trace_id,
-            self.span_id,
+            "00-{}-{}-{:02x}",
+            self.trace_id_hex(),
+            self.span_id_hex(),
             u8::from(self.sampled)
         )
     }
@@ -117,17 +108,18 @@ pub struct ParentSpan(pub Option<u64>);
 impl fmt::Display for ParentSpan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Some(id) => write!(f, "{id:016x}"),
+            Some(id) => Hex::<16>(u128::from(id)).fmt(f),
             None => Ok(()),
         }
     }
 }
 
-struct TraceId(u128);
+/// An id as `DIGITS` lowercase hex digits, zero-padded.
+struct Hex<const DIGITS: usize>(u128);
 
-impl fmt::Display for TraceId {
+impl<const DIGITS: usize> fmt::Display for Hex<DIGITS> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        write!(f, "{:0width$x}", self.0, width = DIGITS)
     }
 }
 
@@ -174,7 +166,11 @@ mod tests {
         assert_eq!(cx.span_id, 0x00f067aa0ba902b7);
         assert!(cx.sampled);
         assert_eq!(cx.to_string(), EXAMPLE);
-        assert_eq!(cx.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(
+            cx.trace_id_hex().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(cx.span_id_hex().to_string(), "00f067aa0ba902b7");
     }
 
     #[test]
@@ -219,20 +215,27 @@ mod tests {
         assert_eq!(parent, ParentSpan(Some(0x00f067aa0ba902b7)));
         assert_eq!(parent.to_string(), "00f067aa0ba902b7");
         assert_ne!(span.span_id, 0x00f067aa0ba902b7);
-        assert_eq!(span.span_id_hex().len(), 16);
+        assert_eq!(span.span_id_hex().to_string().len(), 16);
         let (root, none) = TraceContext::span_under(Some("garbage"));
         assert_eq!(none.to_string(), "");
         assert_ne!(root.trace_id, span.trace_id);
     }
 
     #[test]
-    fn a_bad_header_starts_a_new_trace() {
-        let a = TraceContext::continue_or_start(Some("garbage"));
-        let b = TraceContext::continue_or_start(None);
+    fn no_header_or_a_bad_one_starts_a_new_trace() {
+        let (a, no_parent) = TraceContext::span_under(None);
+        let (b, _) = TraceContext::span_under(Some("garbage"));
         assert_ne!(a.trace_id, b.trace_id);
+        assert_eq!(no_parent, ParentSpan(None));
+        // Small ids keep their leading zeros.
+        let small = TraceContext {
+            trace_id: 1,
+            span_id: 2,
+            sampled: false,
+        };
         assert_eq!(
-            TraceContext::continue_or_start(Some(EXAMPLE)).trace_id,
-            0x4bf92f3577b34da6a3ce929d0e0e4736
+            small.to_string(),
+            "00-00000000000000000000000000000001-0000000000000002-00"
         );
     }
 }
