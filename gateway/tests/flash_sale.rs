@@ -1,71 +1,100 @@
-//! The bundled goose scenario against the whole stack: more fans than seats,
-//! each following Retry-After, then the sale's invariants in Postgres.
+//! The bundled load test against the whole stack, as CI's short `sale`:
+//! the gateway's default edge limits on, fans from many client addresses,
+//! open-model arrivals through a prequeue and an opening rush to sold out,
+//! then every threshold and the verdict.
 
 mod common;
 
 use std::time::Duration;
 
-use common::Stack;
-use goose::config::GooseConfiguration;
-use goose::prelude::*;
-use loadtest::scenario::{self, Sale};
+use clap::Parser;
+use common::{Stack, ADMIN_TOKEN};
+use loadtest::{report, run, Cli};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
-async fn a_goose_spike_sells_out_cleanly(options: PgPoolOptions, connect: PgConnectOptions) {
-    let stack = Stack::start(options, connect).await;
-    stack.create_event("spike", 30, 50.0, 1).await;
-    scenario::configure(Sale {
-        event_id: "spike".into(),
-        quantity: 1,
-    });
-
-    // 45 fans for 30 seats, all arriving within a second; each runs its journey once.
-    let config = GooseConfiguration::parse_args_default(&[
+async fn a_short_sale_meets_every_threshold_and_the_verdict_passes(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with_edge_limits(options, connect).await;
+    let dir = std::env::temp_dir().join(format!(
+        "boxoffice-loadtest-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let dir = dir.display().to_string();
+    let cli = Cli::try_parse_from([
+        "loadtest",
+        "--profile=sale",
         "--host",
         &stack.gateway,
-        "--users",
-        "45",
-        "--increase-rate",
-        "45",
-        "--iterations",
-        "1",
+        "--admin-url",
+        &stack.admission,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--payment-url",
+        &stack.payment_provider,
+        // 120 seats, 1-2 a fan, admitted 10/s: about 80 buyers, sold out
+        // some 10 s after opening; fans arrive 8/s in a 6 s prequeue, 30/s
+        // for 5 s at opening, then 8/s.
+        "--capacity=120",
+        "--per-fan-limit=2",
+        "--admission-rate=10",
+        "--access-ttl-s=15",
+        "--prequeue=6s",
+        "--stages=5s:8,5s:=30,40s:=8",
+        "--users=150",
+        "--misbehave=0.15",
+        "--settle=60s",
+        "--progress-s=0",
+        "--report-dir",
+        &dir,
         "--quiet",
         "--no-print-metrics",
     ])
     .unwrap();
-    let metrics = GooseAttack::initialize_with_config(config)
-        .unwrap()
-        .register_scenario(scenario::flash_sale())
-        .execute()
-        .await
-        .unwrap();
-    let buys = metrics
-        .requests
-        .get("POST buy")
-        .map_or(0, |m| m.success_count + m.fail_count);
-    assert!(buys >= 30, "at least the 30 winners bought: {buys}");
-
-    let mut report = loadtest::invariants::check(&stack.pool, "spike", false)
-        .await
-        .unwrap();
-    for _ in 0..300 {
-        if report.tickets == report.confirmed_quantity && report.sold == 30 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        report = loadtest::invariants::check(&stack.pool, "spike", false)
-            .await
-            .unwrap();
-    }
-    let report = loadtest::invariants::check(&stack.pool, "spike", true)
-        .await
-        .unwrap();
-    assert!(report.holds(), "{report:?}");
-    assert_eq!(
-        (report.sold, report.confirmed_quantity, report.tickets),
-        (30, 30, 30),
-        "sold out, exactly"
+    let started = std::time::Instant::now();
+    let outcome = run::run(
+        cli.options,
+        cli.goose,
+        run::Targets {
+            pool: Some(stack.pool.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    let r = &outcome.report;
+    let summary = report::markdown(r);
+    assert!(outcome.pass, "{summary}");
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "the CI sale takes under 90 s: {:?}",
+        started.elapsed()
     );
+
+    // Sold out exactly, every invariant checked.
+    assert!(r.verdict.pass && r.verdict.checks.len() == 8, "{summary}");
+    assert_eq!((r.verdict.sold, r.verdict.tickets), (120, 120), "{summary}");
+    assert!(r.figures.sold_out_after_s.is_some(), "{summary}");
+    assert!(r.figures.admission_accuracy_pct.is_some(), "{summary}");
+    assert!(r.verdict.fairness_pairs_checked > 50, "{summary}");
+    // The crowd came from many addresses: with the default 50/s per IP, one
+    // host would have met 429s.
+    let rate_limited: u64 = r.statuses.values().filter_map(|by| by.get("429")).sum();
+    assert_eq!(rate_limited, 0, "{summary}");
+    // Misbehaving fans were refused, and that counts as expected.
+    let attacks: u64 = r.statuses.get("attack").map_or(0, |by| by.values().sum());
+    assert!(attacks > 0, "{summary}");
+    assert_eq!(r.figures.errors, 0, "{summary}");
+    assert!(
+        r.figures.arrivals > 200 && r.figures.dropped == 0,
+        "{summary}"
+    );
+    for file in ["summary.md", "summary.json", "report.html", "goose.html"] {
+        assert!(
+            std::path::Path::new(&dir).join(file).exists(),
+            "{file} written"
+        );
+    }
     stack.stop().await;
 }

@@ -62,6 +62,24 @@ impl Stack {
         connect: PgConnectOptions,
         pipeline: bool,
     ) -> Self {
+        Self::start_inner(pool_options, connect, pipeline, false).await
+    }
+
+    /// The whole stack with the gateway's default edge limits (per-IP,
+    /// per-fan, event cache) left on, as a sale meets them.
+    pub async fn start_with_edge_limits(
+        pool_options: PgPoolOptions,
+        connect: PgConnectOptions,
+    ) -> Self {
+        Self::start_inner(pool_options, connect, true, true).await
+    }
+
+    async fn start_inner(
+        pool_options: PgPoolOptions,
+        connect: PgConnectOptions,
+        pipeline: bool,
+        edge_limits: bool,
+    ) -> Self {
         boxoffice_contract::telemetry::init(false);
         let pool = pool_options
             .max_connections(20)
@@ -165,11 +183,13 @@ impl Stack {
             c.queue_ticket_ttl_s = 3_600;
             c.order_token_ttl_s = 86_400;
             c.upstream_timeout_ms = 5_000;
-            c.event_cache_ms = 0;
-            c.per_ip_rate = 1_000_000;
-            c.per_ip_burst = 1_000_000;
-            c.per_fan_rate = 1_000_000;
-            c.per_fan_burst = 1_000_000;
+            if !edge_limits {
+                c.event_cache_ms = 0;
+                c.per_ip_rate = 1_000_000;
+                c.per_ip_burst = 1_000_000;
+                c.per_fan_rate = 1_000_000;
+                c.per_fan_burst = 1_000_000;
+            }
             c
         };
         let state = gateway::AppState::new(redis, keys.clone(), gateway_config).unwrap();
