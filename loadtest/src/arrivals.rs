@@ -296,6 +296,10 @@ impl Dispatcher {
         self.finished.store(true, Ordering::Release);
     }
 
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
     pub fn counts(&self) -> ArrivalCounts {
         ArrivalCounts {
             offered: self.offered.load(Ordering::Relaxed),

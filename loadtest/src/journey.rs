@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -28,7 +28,6 @@ use crate::verdict::FanRecord;
 /// What fans do, decided before the run.
 #[derive(Debug, Clone)]
 pub struct Crowd {
-    pub event: EventInfo,
     pub abandon: f64,
     pub misbehave: f64,
     pub addresses: Vec<IpAddr>,
@@ -55,6 +54,11 @@ impl Default for Latencies {
 /// Everything the fans of one run share.
 pub struct Run {
     pub crowd: Crowd,
+    /// The sale's event: set before the first fan arrives (the run creates
+    /// it once the users are up, so the prequeue is the fans' own).
+    pub event: OnceLock<EventInfo>,
+    /// Why the run could not start its sale, if it could not.
+    pub failure: Mutex<Option<String>>,
     pub run_id: String,
     pub started: Instant,
     pub dispatcher: Dispatcher,
@@ -83,6 +87,8 @@ impl Run {
     pub fn new(crowd: Crowd) -> Self {
         Self {
             crowd,
+            event: OnceLock::new(),
+            failure: Mutex::default(),
             run_id: format!("{:08x}", rand::random::<u32>()),
             started: Instant::now(),
             dispatcher: Dispatcher::default(),
@@ -204,14 +210,17 @@ async fn fans(user: &mut GooseUser) -> TransactionResult {
     if run.crowd.open {
         // Wait briefly, so goose can end the user between waits.
         let Some(arrival) = run.dispatcher.next(Duration::from_millis(250)).await else {
-            if run.stopping() {
+            // No more arrivals: idle until goose ends the user, never spin
+            // (goose loops at once, and a loop that never waits starves the
+            // runtime it shares with everything else).
+            if run.dispatcher.is_finished() || run.stopping() {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             return Ok(());
         };
         journey(user, &run, arrival).await
     } else {
-        if run.stopping() {
+        if run.stopping() || run.event.get().is_none() {
             tokio::time::sleep(Duration::from_millis(250)).await;
             return Ok(());
         }
@@ -394,7 +403,9 @@ async fn fan(
     arrival: Arrival,
     record: &mut FanRecord,
 ) -> Result<&'static str, Box<TransactionError>> {
-    let event = &run.crowd.event;
+    let Some(event) = run.event.get() else {
+        return Ok("no event to join");
+    };
     let e = &event.event_id;
     let fan_id = record.fan_id.clone();
 
@@ -411,13 +422,15 @@ async fn fan(
             Some(pow) => json!({ "fan_id": fan_id, "pow": pow }),
             None => json!({ "fan_id": fan_id }),
         });
-        let sent = Instant::now();
+        let (sent, sent_wall) = (Instant::now(), Utc::now());
         let reply = send(user, run, call).await?;
         match reply.status {
             Some(200 | 201) => {
                 record.join_sent_s = run.since_start(sent);
                 record.join_answered_s = run.since_start(reply.done).max(record.join_sent_s + 1e-6);
-                record.prequeue = Utc::now() < event.opens_at;
+                // The client cannot see the server's clock: a join sent within a
+                // second of the opening may have been placed by the shuffle.
+                record.prequeue = sent_wall < event.opens_at + chrono::Duration::seconds(1);
                 match reply.body["queue_ticket"].as_str() {
                     Some(t) => break t.to_owned(),
                     None => return Ok("join answered without a ticket"),

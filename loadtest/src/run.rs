@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::arrivals::{parse_duration, Arrival};
 use crate::journey::{self, Crowd, Run};
-use crate::profile::{drain_allowance, Model, Options, Plan};
+use crate::profile::{drain_allowance, EventPlan, Model, Options, Plan};
 use crate::report::{self, Report};
 use crate::rules::{self, Figures};
 use crate::sale::{self, Admin, Sample};
@@ -74,19 +74,20 @@ pub async fn run(
             })?,
     };
 
-    let event = match &options.event {
-        Some(id) => admin.find(id).await?,
-        None => {
-            let id = format!(
-                "lt-{}-{}-{:04x}",
-                serde_json::to_value(plan.profile)?
-                    .as_str()
-                    .unwrap_or("run"),
-                chrono::Utc::now().format("%Y%m%d%H%M%S"),
-                rand::random::<u16>()
-            );
-            admin.create(&id, &plan.event).await?
-        }
+    // An existing event is read now; the run's own is created once the
+    // goose users are up, so its prequeue and opening are the fans'.
+    let existing = match &options.event {
+        Some(id) => Some(admin.find(id).await?),
+        None => None,
+    };
+    let event_id = match &existing {
+        Some(e) => e.event_id.clone(),
+        None => format!(
+            "lt-{}-{}-{:04x}",
+            serde_json::to_value(plan.profile)?.as_str().unwrap_or("run"),
+            chrono::Utc::now().format("%Y%m%d%H%M%S"),
+            rand::random::<u16>()
+        ),
     };
     let report_dir = PathBuf::from(options.report_dir.clone().unwrap_or_else(|| {
         format!(
@@ -101,24 +102,29 @@ pub async fn run(
     std::fs::create_dir_all(&report_dir)
         .with_context(|| format!("creating {}", report_dir.display()))?;
     eprintln!(
-        "loadtest: {:?} profile, {:?} model, event {} ({} seats, admits {}/s), {} goose users, reports in {}",
+        "loadtest: {:?} profile, {:?} model, event {event_id} ({} seats, admits {}/s), {} goose users, reports in {}",
         plan.profile,
         plan.model,
-        event.event_id,
-        event.capacity,
-        event.admission_rate,
+        existing.as_ref().map_or(plan.event.capacity, |e| e.capacity),
+        existing.as_ref().map_or(plan.event.admission_rate, |e| e.admission_rate),
         plan.pool,
         report_dir.display()
     );
 
     let crowd = Crowd {
-        event: event.clone(),
         abandon: options.abandon,
         misbehave: options.misbehave,
         addresses: options.addresses()?,
         open: plan.model == Model::Open,
     };
     let run = Arc::new(Run::new(crowd));
+    let to_create = match existing {
+        Some(e) => {
+            let _ = run.event.set(e);
+            None
+        }
+        None => Some((event_id.clone(), plan.event.clone())),
+    };
     journey::set_current(Some(run.clone()));
 
     // goose runs the users; the end of the run is ours (schedule, sold out).
@@ -148,14 +154,21 @@ pub async fn run(
     }
 
     let timeline: Arc<Mutex<Vec<Sample>>> = Arc::default();
+    let admin = Arc::new(admin);
     let sampler = tokio::spawn(sample(
-        admin,
-        event.event_id.clone(),
+        admin.clone(),
+        event_id.clone(),
         run.clone(),
         timeline.clone(),
         options.progress_s,
     ));
-    let driver = tokio::spawn(drive(run.clone(), plan.clone(), end_after));
+    let driver = tokio::spawn(drive(
+        run.clone(),
+        plan.clone(),
+        end_after,
+        admin,
+        to_create,
+    ));
 
     let attack = GooseAttack::initialize_with_config(goose)?.register_scenario(journey::scenario());
     let (goose_pass, metrics) = match attack.execute().await {
@@ -172,6 +185,12 @@ pub async fn run(
     run.stopping.store(true, Ordering::Release);
     run.dispatcher.finish();
     driver.abort();
+    let Some(event) = run.event.get().cloned() else {
+        sampler.abort();
+        journey::set_current(None);
+        let why = run.failure.lock().expect("not poisoned").clone();
+        bail!(why.unwrap_or_else(|| "the run ended before its event was set up".into()));
+    };
 
     // Let the pipeline settle: every order final, every ticket issued.
     eprintln!(
@@ -236,6 +255,8 @@ pub async fn run(
         host: &host,
     });
     report::write(&report, &report_dir)?;
+    // Every fan's join and admission, for auditing the fairness check.
+    std::fs::write(report_dir.join("fans.json"), serde_json::to_string(&fans)?)?;
     Ok(Outcome {
         pass,
         report_dir,
@@ -280,7 +301,13 @@ pub fn redact(url: &str) -> String {
 /// Feeds arrivals on the schedule (open model), then ends the run: when
 /// the schedule is done (or the sale sold out, for `sale`), wait for the
 /// fans in flight, then stop goose.
-async fn drive(run: Arc<Run>, plan: Plan, end_after: Duration) {
+async fn drive(
+    run: Arc<Run>,
+    plan: Plan,
+    end_after: Duration,
+    admin: Arc<Admin>,
+    to_create: Option<(String, EventPlan)>,
+) {
     // Start the clock once the pool is up (every client bound to its address).
     let ready_by = Instant::now() + Duration::from_secs(60);
     let users = if plan.model == Model::Open {
@@ -290,6 +317,20 @@ async fn drive(run: Arc<Run>, plan: Plan, end_after: Duration) {
     };
     while run.ready.load(Ordering::Acquire) < users && Instant::now() < ready_by {
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if let Some((event_id, event)) = to_create {
+        match admin.create(&event_id, &event).await {
+            Ok(info) => {
+                let _ = run.event.set(info);
+            }
+            Err(e) => {
+                *run.failure.lock().expect("not poisoned") = Some(format!("{e:#}"));
+                run.stopping.store(true, Ordering::Release);
+                run.dispatcher.finish();
+                goose::trigger_killswitch("the event could not be created");
+                return;
+            }
+        }
     }
     let t0 = Instant::now();
     let sold_out = || plan.until_sold_out && run.sold_out_seen.load(Ordering::Acquire);
@@ -326,7 +367,7 @@ async fn drive(run: Arc<Run>, plan: Plan, end_after: Duration) {
 
 /// Reads the sale's timeline once a second, and prints a progress line.
 async fn sample(
-    admin: Admin,
+    admin: Arc<Admin>,
     event_id: String,
     run: Arc<Run>,
     timeline: Arc<Mutex<Vec<Sample>>>,

@@ -159,7 +159,8 @@ impl Admin {
 
 /// Admission accuracy: |admitted/s − set| / set in %, over the longest
 /// stretch of samples in which fans waited and nothing else held admission
-/// back. `None` when no such stretch lasts `min_span`.
+/// back. `None` when no such stretch lasts `min_span`. Returns (accuracy %,
+/// admitted/s, set rate).
 pub fn admission_accuracy(samples: &[Sample], min_span: Duration) -> Option<(f64, f64, f64)> {
     let admitting = |s: &Sample| {
         s.state == "open"
@@ -185,18 +186,25 @@ pub fn admission_accuracy(samples: &[Sample], min_span: Duration) -> Option<(f64
         consider(&mut best, samples, from, samples.len() - 1);
     }
     let (from, to) = best?;
+    let stretch = &samples[from..=to];
     let span_s = (samples[to].t_ms - samples[from].t_ms) as f64 / 1000.0;
-    if span_s < min_span.as_secs_f64() {
+    if span_s < min_span.as_secs_f64() || stretch.len() < 3 {
         return None;
     }
-    let admitted = samples[to]
-        .admitted_total
-        .saturating_sub(samples[from].admitted_total) as f64;
-    let actual = admitted / span_s;
+    // The admitted count moves a whole fan at a time: the slope of a least-
+    // squares line through every sample reads the rate, where the two ends
+    // alone would be off by up to a fan each.
+    let n = stretch.len() as f64;
+    let t = |s: &Sample| (s.t_ms - samples[from].t_ms) as f64 / 1000.0;
+    let mean_t = stretch.iter().map(t).sum::<f64>() / n;
+    let mean_a = stretch.iter().map(|s| s.admitted_total as f64).sum::<f64>() / n;
+    let cov: f64 = stretch.iter().map(|s| (t(s) - mean_t) * (s.admitted_total as f64 - mean_a)).sum();
+    let var: f64 = stretch.iter().map(|s| (t(s) - mean_t).powi(2)).sum();
+    let actual = cov / var;
     // The rate set may have moved (adaptive mode): weigh it by time.
-    let set = samples[from..to]
+    let set = stretch
         .iter()
-        .zip(&samples[from + 1..=to])
+        .zip(&stretch[1..])
         .map(|(a, b)| a.rate_set * (b.t_ms - a.t_ms) as f64)
         .sum::<f64>()
         / (span_s * 1000.0);
@@ -248,14 +256,14 @@ mod tests {
         samples.push(sample(23_000, 5, 205));
         samples.push(sample(24_000, 5, 230));
         let (pct, actual, set) = admission_accuracy(&samples, Duration::from_secs(5)).unwrap();
-        assert_eq!((actual, set), (10.0, 10.0));
-        assert!(pct < 1e-9);
+        assert!((actual - 10.0).abs() < 1e-9 && set == 10.0, "{actual} {set}");
+        assert!(pct < 1e-6);
         // 10.4/s for a set 10/s: 4 % off.
         let fast: Vec<Sample> = (0..=10)
             .map(|i| sample(i * 1000, 50, (i as f64 * 10.4) as u64))
             .collect();
         let (pct, ..) = admission_accuracy(&fast, Duration::from_secs(5)).unwrap();
-        assert!((pct - 4.0).abs() < 0.01, "{pct}");
+        assert!((pct - 4.0).abs() < 0.2, "{pct}");
         assert!(
             admission_accuracy(&fast[..3], Duration::from_secs(5)).is_none(),
             "too short to judge"

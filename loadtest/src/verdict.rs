@@ -503,15 +503,17 @@ pub fn judge(s: &Snapshot) -> Verdict {
     ));
 
     // 8. Fairness: after opening, admission order follows join order.
-    let (pairs, overtakers) = inversions(&s.fans);
+    let (pairs, overtook) = overtakers(&s.fans);
     checks.push(check(
         "fairness (admission follows join order)",
-        if overtakers > 0 {
-            vec![format!(
-                "{overtakers} fans admitted ahead of a fan who had joined before them"
-            )]
-        } else {
+        if overtook.is_empty() {
             vec![]
+        } else {
+            vec![format!(
+                "{} fans admitted ahead of a fan who had joined before them (e.g. {})",
+                overtook.len(),
+                overtook.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+            )]
         },
         format!("0 inversions among {pairs} fans who joined after opening"),
     ));
@@ -535,20 +537,26 @@ pub fn judge(s: &Snapshot) -> Verdict {
 /// the end. Fans admitted in the same tick tie. Returns (fans checked,
 /// overtakers).
 pub fn inversions(fans: &[FanRecord]) -> (usize, usize) {
+    let (checked, overtakers) = overtakers(fans);
+    (checked, overtakers.len())
+}
+
+/// The fans [`inversions`] counts, by id.
+pub fn overtakers(fans: &[FanRecord]) -> (usize, Vec<String>) {
     let concluded: Vec<&FanRecord> = fans.iter().filter(|f| f.concluded).collect();
     let admit = |f: &FanRecord| f.admitted_ms.unwrap_or(i64::MAX);
     let mut earlier: Vec<&FanRecord> = concluded.clone();
     earlier.sort_by(|a, b| a.join_answered_s.total_cmp(&b.join_answered_s));
     let mut later: Vec<&FanRecord> = concluded.iter().copied().filter(|f| !f.prequeue).collect();
     later.sort_by(|a, b| a.join_sent_s.total_cmp(&b.join_sent_s));
-    let (mut i, mut latest_before, mut overtakers) = (0, i64::MIN, 0);
+    let (mut i, mut latest_before, mut overtakers) = (0, i64::MIN, Vec::new());
     for b in &later {
         while i < earlier.len() && earlier[i].join_answered_s < b.join_sent_s {
             latest_before = latest_before.max(admit(earlier[i]));
             i += 1;
         }
         if b.admitted_ms.is_some() && latest_before > admit(b) {
-            overtakers += 1;
+            overtakers.push(b.fan_id.clone());
         }
     }
     (later.len(), overtakers)
