@@ -1,6 +1,7 @@
 //! The bundled load test against the whole stack, as CI's short `sale`:
 //! the gateway's default edge limits on, fans from many client addresses,
 //! open-model arrivals through a prequeue and an opening rush to sold out,
+//! proof of work on every join,
 //! then every threshold and the verdict.
 
 mod common;
@@ -43,8 +44,9 @@ async fn a_short_sale_meets_every_threshold_and_the_verdict_passes(
         "--access-ttl-s=15",
         "--prequeue=6s",
         "--stages=5s:8,5s:=30,40s:=8",
-        "--users=150",
+        "--users=300",
         "--misbehave=0.15",
+        "--pow-bits=4",
         "--settle=60s",
         "--progress-s=2",
         "--report-dir",
@@ -86,6 +88,11 @@ async fn a_short_sale_meets_every_threshold_and_the_verdict_passes(
     let attacks: u64 = r.statuses.get("attack").map_or(0, |by| by.values().sum());
     assert!(attacks > 0, "{summary}");
     assert_eq!(r.figures.errors, 0, "{summary}");
+    // The event asked for proof of work: every fan met 428, fetched a
+    // challenge and solved it.
+    let challenges = r.statuses.get("challenge").and_then(|by| by.get("200")).copied();
+    let asked = r.statuses.get("join").and_then(|by| by.get("428")).copied();
+    assert!(challenges.is_some() && challenges == asked, "{summary}");
     assert!(
         r.figures.arrivals > 150 && r.figures.dropped == 0,
         "{summary}"

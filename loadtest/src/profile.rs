@@ -4,7 +4,7 @@
 //! | profile | arrivals | event | ends |
 //! | --- | --- | --- | --- |
 //! | `steady` | 20 fans/s for 60 s | 100,000 seats, admits 50/s | after the schedule |
-//! | `spike` | 10/s for 30 s, ×10 for 60 s, 10/s for 30 s | 100,000 seats, admits 30/s | after the schedule |
+//! | `spike` | 10/s for 30 s, ×5 for 60 s, 10/s for 60 s | 100,000 seats, admits 30/s | after the schedule |
 //! | `soak` | 15/s for 30 min | 1,000,000 seats, admits 30/s | after the schedule |
 //! | `sale` | 10/s in a 10 s prequeue, 60/s for 10 s at opening, then 10/s | 400 seats, admits 20/s | sold out (at most 3 min) |
 
@@ -61,7 +61,7 @@ pub struct Options {
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Spike: the base rate is multiplied by this for the spike.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 5.0)]
     pub spike_factor: f64,
     /// Spike: how long the spike lasts.
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
@@ -195,14 +195,15 @@ impl Options {
             Profile::Spike => {
                 let base = 10.0;
                 let top = base * self.spike_factor;
+                // Back at the base rate long enough for the spike's line to drain.
                 let s = format!(
-                    "30s:{base},{}s:={top},30s:={base}",
+                    "30s:{base},{}s:={top},60s:={base}",
                     self.spike_duration.as_secs_f64()
                 );
                 (
                     Schedule::parse_stages(base, &s)?,
                     event(100_000, 30.0, 300),
-                    400,
+                    2_000,
                     false,
                 )
             }
@@ -224,7 +225,7 @@ impl Options {
                 );
                 let mut e = event(400, 20.0, 30);
                 e.prequeue = prequeue;
-                (Schedule::parse_stages(10.0, &s)?, e, 300, true)
+                (Schedule::parse_stages(10.0, &s)?, e, 1_000, true)
             }
         };
         let mut schedule = match (&self.stages, self.rate) {
@@ -394,7 +395,8 @@ mod tests {
         .unwrap();
         assert_eq!(spike.schedule.rate_at(10.0), 10.0);
         assert_eq!(spike.schedule.rate_at(60.0), 40.0);
-        assert_eq!(spike.schedule.duration(), Duration::from_secs(180));
+        assert_eq!(spike.schedule.duration(), Duration::from_secs(210));
+        assert_eq!(spike.pool, 2_000, "the spike's line holds a user per waiting fan");
 
         let soak = plan(&[
             "--profile",

@@ -143,6 +143,10 @@ pub async fn run(
     } else {
         goose.users.get_or_insert(50);
     }
+    // goose's per-user start-up lines drown the progress line unless asked for.
+    if goose.verbose == 0 && goose.quiet == 0 {
+        goose.quiet = 1;
+    }
     if goose.threshold.is_empty() {
         goose.threshold = plan.goose_thresholds.clone();
         goose.no_threshold_abort = true;
