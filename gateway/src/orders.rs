@@ -107,7 +107,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
     tag = "orders",
     params(
         ("event_id" = String, Path, description = "The event"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1-128 visible ASCII characters; a retry with the same key answers the same order"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1-128 visible ASCII characters; a retry with the same key answers the same order. Without one, the admission is the key: a retry with the same access token answers the same order"),
     ),
     request_body = BuyRequest,
     security(("access_token" = [])),
@@ -120,9 +120,9 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
         (status = 410, description = "`sold-out`", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`payload-too-large`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-quantity`, `invalid-body`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-quantity`, `invalid-body`, `idempotency-key-reused` (a retry of this admission's purchase asking for another quantity)", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "`rate-limited` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`overloaded`, `upstream-unavailable` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`overloaded`, `upstream-unavailable` (with `Retry-After`; the admission is kept for a retry)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 async fn buy(
@@ -134,7 +134,12 @@ async fn buy(
     Json(request): Json<BuyRequest>,
 ) -> Result<Response, Problem> {
     state.per_fan.check(&event_id, &claims.sub)?;
-    let idempotency_key = idempotency_key(&headers)?;
+    // Without a key of the fan's, the admission is the key: a retry of the
+    // same admission (after a 503, say) reaches the same order.
+    let idempotency_key = match idempotency_key(&headers)? {
+        key if key.is_empty() => format!("admission:{}", claims.jti),
+        key => key,
+    };
     if request.quantity < 1 {
         return Err(invalid_quantity("quantity must be at least 1"));
     }
@@ -207,12 +212,25 @@ async fn buy(
         )
         .json(&serde_json::json!({
             "order_id": order_id, "event_id": event_id, "fan_id": claims.sub, "quantity": request.quantity,
+            "admission_id": claims.jti, "idempotency_key": idempotency_key,
         }));
-    let response = state.upstream.send(call).await?;
+    let response = state.upstream.send(call).await.map_err(|mut problem| {
+        // The token is spent in Redis, but the order may not exist: the
+        // admission is kept for a retry with the same key.
+        problem.detail = format!(
+            "{}; your admission is kept: buy again with the same access token \
+             (and the same Idempotency-Key, if you sent one) after Retry-After",
+            problem.detail
+        );
+        problem
+    })?;
     if !response.status().is_success() {
         return Err(pass_on(response).await);
     }
     let placed: UpstreamOrder = response.json().await.map_err(upstream_down)?;
+    // PostgreSQL may answer an order of this admission placed earlier (Redis
+    // forgot the spend): that order is the fan's.
+    let order_id = placed.order_id;
     let mut token = Claims::new(
         state.keys.issuer(),
         &event_id,

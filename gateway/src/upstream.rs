@@ -98,7 +98,7 @@ impl Upstream {
                 tracing::warn!(status = %response.status(), "order service failed");
                 Err(Problem::unavailable(
                     "upstream-unavailable",
-                    "the order service failed; retry with the same Idempotency-Key",
+                    "the order service failed",
                     2,
                 ))
             }
@@ -106,7 +106,7 @@ impl Upstream {
                 tracing::warn!(%error, "order service call failed");
                 Err(Problem::unavailable(
                     "upstream-unavailable",
-                    "the order service is unavailable; retry with the same Idempotency-Key",
+                    "the order service is unavailable",
                     2,
                 ))
             }

@@ -90,7 +90,11 @@ async fn a_short_sale_meets_every_threshold_and_the_verdict_passes(
     assert_eq!(r.figures.errors, 0, "{summary}");
     // The event asked for proof of work: every fan met 428, fetched a
     // challenge and solved it.
-    let challenges = r.statuses.get("challenge").and_then(|by| by.get("200")).copied();
+    let challenges = r
+        .statuses
+        .get("challenge")
+        .and_then(|by| by.get("200"))
+        .copied();
     let asked = r.statuses.get("join").and_then(|by| by.get("428")).copied();
     assert!(challenges.is_some() && challenges == asked, "{summary}");
     assert!(

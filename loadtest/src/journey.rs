@@ -512,11 +512,13 @@ async fn fan(
     let (abandon, attack, quantity) = {
         let mut rng = rand::thread_rng();
         let roll: f64 = rng.gen();
-        let attack = (roll < run.crowd.misbehave).then(|| match rng.gen_range(0..3) {
-            0 => Attack::Replay,
-            1 => Attack::Expired,
-            _ => Attack::TooMany,
-        });
+        // Waiting out a long admission would hold the run open that long.
+        let kinds: &[Attack] = if event.access_ttl_s <= 60 {
+            &[Attack::Replay, Attack::Expired, Attack::TooMany]
+        } else {
+            &[Attack::Replay, Attack::TooMany]
+        };
+        let attack = (roll < run.crowd.misbehave).then(|| kinds[rng.gen_range(0..kinds.len())]);
         let abandon = attack.is_none() && roll < run.crowd.misbehave + run.crowd.abandon;
         (
             abandon,

@@ -396,7 +396,10 @@ mod tests {
         assert_eq!(spike.schedule.rate_at(10.0), 10.0);
         assert_eq!(spike.schedule.rate_at(60.0), 40.0);
         assert_eq!(spike.schedule.duration(), Duration::from_secs(210));
-        assert_eq!(spike.pool, 2_000, "the spike's line holds a user per waiting fan");
+        assert_eq!(
+            spike.pool, 2_000,
+            "the spike's line holds a user per waiting fan"
+        );
 
         let soak = plan(&[
             "--profile",

@@ -84,7 +84,9 @@ pub async fn run(
         Some(e) => e.event_id.clone(),
         None => format!(
             "lt-{}-{}-{:04x}",
-            serde_json::to_value(plan.profile)?.as_str().unwrap_or("run"),
+            serde_json::to_value(plan.profile)?
+                .as_str()
+                .unwrap_or("run"),
             chrono::Utc::now().format("%Y%m%d%H%M%S"),
             rand::random::<u16>()
         ),

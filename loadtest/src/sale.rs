@@ -198,7 +198,10 @@ pub fn admission_accuracy(samples: &[Sample], min_span: Duration) -> Option<(f64
     let t = |s: &Sample| (s.t_ms - samples[from].t_ms) as f64 / 1000.0;
     let mean_t = stretch.iter().map(t).sum::<f64>() / n;
     let mean_a = stretch.iter().map(|s| s.admitted_total as f64).sum::<f64>() / n;
-    let cov: f64 = stretch.iter().map(|s| (t(s) - mean_t) * (s.admitted_total as f64 - mean_a)).sum();
+    let cov: f64 = stretch
+        .iter()
+        .map(|s| (t(s) - mean_t) * (s.admitted_total as f64 - mean_a))
+        .sum();
     let var: f64 = stretch.iter().map(|s| (t(s) - mean_t).powi(2)).sum();
     let actual = cov / var;
     // The rate set may have moved (adaptive mode): weigh it by time.
@@ -256,7 +259,10 @@ mod tests {
         samples.push(sample(23_000, 5, 205));
         samples.push(sample(24_000, 5, 230));
         let (pct, actual, set) = admission_accuracy(&samples, Duration::from_secs(5)).unwrap();
-        assert!((actual - 10.0).abs() < 1e-9 && set == 10.0, "{actual} {set}");
+        assert!(
+            (actual - 10.0).abs() < 1e-9 && set == 10.0,
+            "{actual} {set}"
+        );
         assert!(pct < 1e-6);
         // 10.4/s for a set 10/s: 4 % off.
         let fast: Vec<Sample> = (0..=10)

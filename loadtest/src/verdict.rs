@@ -17,6 +17,8 @@ use uuid::Uuid;
 pub struct OrderRow {
     pub order_id: Uuid,
     pub fan_id: String,
+    /// The access token's `jti` the order was bought with, where recorded.
+    pub admission_id: Option<String>,
     pub quantity: i64,
     pub status: String,
     pub first_seat: Option<i64>,
@@ -122,8 +124,17 @@ pub async fn load(
             .fetch_optional(pool)
             .await?
             .with_context(|| format!("event {event_id} has no inventory row in PostgreSQL"))?;
-    let orders = sqlx::query_as::<_, (Uuid, String, i32, String, Option<i32>, Option<String>)>(
-        "SELECT o.order_id, o.fan_id, o.quantity, o.status, o.first_seat, p.status
+    type Row = (
+        Uuid,
+        String,
+        Option<String>,
+        i32,
+        String,
+        Option<i32>,
+        Option<String>,
+    );
+    let orders = sqlx::query_as::<_, Row>(
+        "SELECT o.order_id, o.fan_id, o.admission_id, o.quantity, o.status, o.first_seat, p.status
          FROM orders o LEFT JOIN payments p USING (order_id) WHERE o.event_id = $1",
     )
     .bind(event_id)
@@ -131,9 +142,10 @@ pub async fn load(
     .await?
     .into_iter()
     .map(
-        |(order_id, fan_id, quantity, status, first_seat, payment)| OrderRow {
+        |(order_id, fan_id, admission_id, quantity, status, first_seat, payment)| OrderRow {
             order_id,
             fan_id,
+            admission_id,
             quantity: quantity.into(),
             status,
             first_seat: first_seat.map(Into::into),
@@ -308,7 +320,12 @@ pub fn judge(s: &Snapshot) -> Verdict {
         ),
     ));
 
-    // 2. One admission buys once.
+    // 2. One admission buys once: no access token's jti on two orders, and
+    // no run fan (each admitted at most once) with more orders than admissions.
+    let mut per_admission: HashMap<&str, u32> = HashMap::new();
+    for id in s.orders.iter().filter_map(|o| o.admission_id.as_deref()) {
+        *per_admission.entry(id).or_default() += 1;
+    }
     let admissions: HashMap<&str, u32> = s
         .fans
         .iter()
@@ -318,25 +335,27 @@ pub fn judge(s: &Snapshot) -> Verdict {
     for o in &s.orders {
         *orders_per_fan.entry(o.fan_id.as_str()).or_default() += 1;
     }
-    let greedy: Vec<String> = orders_per_fan
+    let mut twice: Vec<String> = per_admission
         .iter()
-        .filter(|(fan, n)| **n > admissions.get(*fan).copied().unwrap_or(1))
-        .map(|(fan, n)| format!("{fan} has {n} orders"))
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| format!("admission {id} has {n} orders"))
         .collect();
+    twice.extend(
+        orders_per_fan
+            .iter()
+            .filter(|(fan, n)| **n > admissions.get(*fan).copied().unwrap_or(1))
+            .map(|(fan, n)| format!("{fan} has {n} orders")),
+    );
+    twice.sort();
     checks.push(check(
         "one admission buys once",
-        if greedy.is_empty() {
+        if twice.is_empty() {
             vec![]
         } else {
             vec![format!(
                 "{} admissions bought more than once ({})",
-                greedy.len(),
-                greedy
-                    .iter()
-                    .take(3)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                twice.len(),
+                twice.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
             )]
         },
         format!(
@@ -512,7 +531,12 @@ pub fn judge(s: &Snapshot) -> Verdict {
             vec![format!(
                 "{} fans admitted ahead of a fan who had joined before them (e.g. {})",
                 overtook.len(),
-                overtook.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+                overtook
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )]
         },
         format!("0 inversions among {pairs} fans who joined after opening"),
@@ -572,6 +596,7 @@ mod tests {
         let order = |id, fan: &str, q, status: &str, first, payment: Option<&str>| OrderRow {
             order_id: id,
             fan_id: fan.into(),
+            admission_id: Some(format!("jti-{fan}")),
             quantity: q,
             status: status.into(),
             first_seat: first,
@@ -631,6 +656,7 @@ mod tests {
         s.orders.push(OrderRow {
             order_id: d,
             fan_id: "fan-d".into(),
+            admission_id: None,
             quantity: 1,
             status: "confirmed".into(),
             first_seat: Some(5),
@@ -703,6 +729,10 @@ mod tests {
     fn an_admission_that_bought_twice_fails() {
         let mut s = clean();
         s.orders[2].fan_id = "fan-a".into();
+        assert_eq!(failing(&judge(&s)), ["one admission buys once"]);
+        // The same access token on two orders, whoever the fans.
+        let mut s = clean();
+        s.orders[2].admission_id = s.orders[0].admission_id.clone();
         assert_eq!(failing(&judge(&s)), ["one admission buys once"]);
     }
 

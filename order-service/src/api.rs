@@ -143,6 +143,13 @@ pub struct PlaceOrder {
     pub event_id: String,
     pub fan_id: String,
     pub quantity: i32,
+    /// The admission that buys (the access token's `jti`): PostgreSQL keeps
+    /// one order per admission. Absent for orders placed without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission_id: Option<String>,
+    /// The purchase's Idempotency-Key (the fan's, or one per admission).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
 
 /// An order as the gateway shows it to its fan.
@@ -213,6 +220,10 @@ async fn place_order(
         req.quantity,
         state.config.reservation_ttl_s,
         trace.map(|t| t.to_string()).as_deref(),
+        req.admission_id.as_deref().map(|id| store::Admission {
+            id,
+            idempotency_key: req.idempotency_key.as_deref().unwrap_or(""),
+        }),
     )
     .await?;
     match placed {
@@ -223,12 +234,31 @@ async fn place_order(
             tracing::info!(order_id = %order.order_id, event_id = %order.event_id, "seats held");
             Ok((StatusCode::ACCEPTED, axum::Json(OrderView::new(order, 0))).into_response())
         }
-        Placed::Existing(order) => {
+        Placed::Existing(order, key) => {
             if order.fan_id != req.fan_id || order.event_id != req.event_id {
                 return Err(Problem::new(
                     StatusCode::CONFLICT,
                     "order-id-taken",
                     "this order id belongs to another purchase",
+                ));
+            }
+            // The admission bought before (Redis may have forgotten): the same
+            // key is a retry of that purchase, any other a second purchase.
+            if order.order_id != req.order_id && key.as_deref() != req.idempotency_key.as_deref() {
+                return Err(Problem::new(
+                    StatusCode::CONFLICT,
+                    "token-used",
+                    "this admission has already bought",
+                ));
+            }
+            if order.quantity != req.quantity {
+                return Err(Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "idempotency-key-reused",
+                    format!(
+                        "this purchase was made for {} seats; a retry must ask for the same",
+                        order.quantity
+                    ),
                 ));
             }
             Ok((StatusCode::OK, axum::Json(OrderView::new(order, 0))).into_response())

@@ -65,6 +65,12 @@ pub struct ServeConfig {
     /// Concurrent saga runners in this process.
     #[arg(long, env = "BOXOFFICE_SAGA_RUNNERS", default_value_t = 4)]
     pub saga_runners: usize,
+    /// Every this often, the edge's stock view of every event is republished
+    /// from PostgreSQL (versioned, so a newer view is never rolled back): a
+    /// publish lost to a Redis hiccup or restart heals within one period,
+    /// and a seat released at "sold out" is offered again.
+    #[arg(long, env = "BOXOFFICE_STOCK_RECONCILE_MS", default_value_t = 1_000)]
+    pub stock_reconcile_ms: u64,
     /// Run the outbox relay in this process (several relays may run at once).
     #[arg(long, env = "BOXOFFICE_RELAY", default_value_t = true, action = clap::ArgAction::Set)]
     pub relay: bool,

@@ -27,6 +27,7 @@ pub mod tickets;
 pub mod worker;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -87,6 +88,12 @@ pub async fn serve(
     for runner in 0..state.config.saga_runners {
         tracker.spawn(saga::run(state.clone(), runner, cancel.clone()));
     }
+    tracker.spawn(stock::reconcile(
+        state.stock.clone(),
+        state.pool.clone(),
+        Duration::from_millis(state.config.stock_reconcile_ms),
+        cancel.clone(),
+    ));
     if state.config.relay {
         let producer = kafka::producer(&state.config.kafka_brokers)?;
         kafka::ensure_topics(

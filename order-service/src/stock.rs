@@ -2,12 +2,18 @@
 //!
 //! The gateway answers "sold out" from this view without touching Postgres.
 //! It may lag (a write to Redis can fail or arrive late), which is safe: the
-//! conditional UPDATE in Postgres still refuses to oversell, and the next
-//! change of stock publishes a newer version.
+//! conditional UPDATE in Postgres still refuses to oversell. It must not lag
+//! for long: at "sold out" no further change would publish a seat released
+//! by a decline or a lapsed hold, so [`reconcile`] republishes every event's
+//! stock from Postgres periodically (and at start).
+
+use std::time::Duration;
 
 use boxoffice_contract::keys::EventKeys;
 use redis::aio::ConnectionManager;
 use redis::Script;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 
 use crate::store::Stock;
 
@@ -50,5 +56,40 @@ impl StockView {
             .query_async::<String>(&mut redis)
             .await
             .is_ok()
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct EventStock {
+    event_id: String,
+    #[sqlx(flatten)]
+    stock: Stock,
+}
+
+/// Republishes every event's stock every `every` until `cancel`, the first
+/// time at once. One query and one Redis script per event per period.
+pub async fn reconcile(view: StockView, pool: PgPool, every: Duration, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let rows = sqlx::query_as::<_, EventStock>(
+            "SELECT event_id, capacity, reserved, sold, version FROM inventory",
+        )
+        .fetch_all(&pool)
+        .await;
+        match rows {
+            Ok(rows) => {
+                for row in rows {
+                    view.publish(&row.event_id, row.stock).await;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not read the stock to reconcile the edge view")
+            }
+        }
     }
 }

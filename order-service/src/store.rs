@@ -120,15 +120,51 @@ pub async fn order(pool: &PgPool, order_id: Uuid) -> Result<Option<(Order, i64)>
 pub enum Placed {
     /// Seats are held; the saga takes it from here.
     Reserved(Order, Stock),
-    /// This order id was placed before (a retried request): its current state.
-    Existing(Order),
+    /// This order id, or an order of this admission, was placed before: its
+    /// current state and the Idempotency-Key it was placed with.
+    Existing(Order, Option<String>),
     /// Not enough seats left; nothing was written.
     SoldOut(Stock),
+}
+
+/// Who buys: the admission (the access token's `jti`) and the key the
+/// purchase was made with (the fan's Idempotency-Key, or one per admission).
+#[derive(Debug, Clone, Copy)]
+pub struct Admission<'a> {
+    pub id: &'a str,
+    pub idempotency_key: &'a str,
+}
+
+#[derive(sqlx::FromRow)]
+struct Found {
+    #[sqlx(flatten)]
+    order: Order,
+    idempotency_key: Option<String>,
+}
+
+/// The order with this id, or else the order of this admission.
+async fn existing(
+    pool: &PgPool,
+    order_id: Uuid,
+    admission: Option<Admission<'_>>,
+) -> Result<Option<Found>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat, idempotency_key
+         FROM orders WHERE order_id = $1 OR admission_id = $2
+         ORDER BY order_id = $1 DESC LIMIT 1",
+    )
+    .bind(order_id)
+    .bind(admission.map(|a| a.id))
+    .fetch_optional(pool)
+    .await?)
 }
 
 /// Steps 1 and 2 of the saga in one local transaction: the order row and its
 /// seat hold. The conditional UPDATE on the inventory row is what makes
 /// overselling impossible; the CHECK constraint is the second line.
+/// With an admission, a second order of that admission is never written:
+/// the first one is answered instead, for the caller to judge.
+#[allow(clippy::too_many_arguments)]
 pub async fn place_order(
     pool: &PgPool,
     order_id: Uuid,
@@ -137,9 +173,10 @@ pub async fn place_order(
     quantity: i32,
     hold_s: i64,
     traceparent: Option<&str>,
+    admission: Option<Admission<'_>>,
 ) -> Result<Placed, StoreError> {
-    if let Some((existing, _)) = order(pool, order_id).await? {
-        return Ok(Placed::Existing(existing));
+    if let Some(found) = existing(pool, order_id, admission).await? {
+        return Ok(Placed::Existing(found.order, found.idempotency_key));
     }
     let mut tx = pool.begin().await?;
     let price: i64 = sqlx::query_scalar("SELECT price_cents FROM events WHERE event_id = $1")
@@ -160,10 +197,13 @@ pub async fn place_order(
         tx.rollback().await?;
         return Ok(Placed::SoldOut(self::stock(pool, event_id).await?));
     };
+    // No conflict target: a second order of the same admission conflicts on
+    // `orders_one_per_admission` just as a retried order id does on the key.
     let inserted: Option<Order> = sqlx::query_as(
-        "INSERT INTO orders (order_id, event_id, fan_id, quantity, amount_cents, status, hold_expires_at, traceparent)
-         VALUES ($1, $2, $3, $4, $5, 'reserved', now() + make_interval(secs => $6), $7)
-         ON CONFLICT (order_id) DO NOTHING
+        "INSERT INTO orders (order_id, event_id, fan_id, quantity, amount_cents, status, hold_expires_at, traceparent,
+                             admission_id, idempotency_key)
+         VALUES ($1, $2, $3, $4, $5, 'reserved', now() + make_interval(secs => $6), $7, $8, $9)
+         ON CONFLICT DO NOTHING
          RETURNING order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat",
     )
     .bind(order_id)
@@ -173,6 +213,8 @@ pub async fn place_order(
     .bind(price * i64::from(quantity))
     .bind(hold_s as f64)
     .bind(traceparent)
+    .bind(admission.map(|a| a.id))
+    .bind(admission.map(|a| a.idempotency_key))
     .fetch_optional(&mut *tx)
     .await?;
     match inserted {
@@ -181,12 +223,13 @@ pub async fn place_order(
             Ok(Placed::Reserved(order, stock))
         }
         None => {
-            // A concurrent retry of the same order won; undo our hold.
+            // A concurrent retry of the same order, or another purchase of
+            // the same admission, won; undo our hold.
             tx.rollback().await?;
-            let (existing, _) = order(pool, order_id)
+            let found = existing(pool, order_id, admission)
                 .await?
                 .ok_or(StoreError::UnknownEvent)?;
-            Ok(Placed::Existing(existing))
+            Ok(Placed::Existing(found.order, found.idempotency_key))
         }
     }
 }
