@@ -273,6 +273,33 @@ async fn a_poison_message_goes_to_the_dlq_and_its_partition_moves_on(pool: PgPoo
 }
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_out_of_range_quantity_is_dead_lettered_and_its_key_moves_on(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    let orders = seed_orders(&pool, 2, 2).await;
+    // A well-formed event whose seat range would overflow (it panicked the
+    // handler once, leaving its key busy and the partition's commit frozen).
+    let mut huge = orders[0].clone();
+    huge.order_id = Uuid::now_v7();
+    huge.quantity = i32::MAX;
+    let producer = kafka::producer(&brokers()).unwrap();
+    produce(&producer, &topic, "same-key", &envelope(&huge).1).await;
+    produce(&producer, &topic, "same-key", &envelope(&orders[0]).1).await;
+    produce(&producer, &topic, "b", &envelope(&orders[1]).1).await;
+
+    let stats = consume_all(config(&topic, &group), &pool, Duration::from_secs(60)).await;
+    assert_eq!((stats.issued, stats.dead_lettered), (2, 1), "{stats:?}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 4);
+    let letters = read_all(&format!("{topic}.dlq"), 1).await;
+    assert_eq!(dlq::header(&letters[0], dlq::ERROR_CLASS), Some("fatal"));
+    assert!(dlq::header(&letters[0], dlq::REASON)
+        .unwrap()
+        .contains("quantity"));
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
 async fn a_dead_letter_redriven_after_its_cause_is_fixed_takes_effect(pool: PgPool) {
     let (topic, group) = names();
     kafka::ensure_topics(&brokers(), &[&topic], 1)

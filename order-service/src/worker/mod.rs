@@ -116,7 +116,12 @@ pub async fn handle(
     }
     let data: OrderConfirmed = serde_json::from_value(envelope.data)
         .map_err(|e| HandleError::Fatal(format!("bad {ORDER_CONFIRMED_V1} data: {e}")))?;
-    if data.quantity < 1 || data.first_seat < 1 {
+    // The order service never places more than MAX_QUANTITY seats; anything
+    // else is not an order of ours (and would overflow the seat range).
+    if !(1..=crate::api::MAX_QUANTITY).contains(&data.quantity)
+        || data.first_seat < 1
+        || data.first_seat.checked_add(data.quantity).is_none()
+    {
         return Err(HandleError::Fatal(format!(
             "bad {ORDER_CONFIRMED_V1} data: quantity {} from seat {}",
             data.quantity, data.first_seat

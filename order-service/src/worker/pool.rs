@@ -278,8 +278,8 @@ impl Handler {
             if !self.extra_service.is_zero() {
                 tokio::time::sleep(self.extra_service).await;
             }
-            let (reason, class) = match handle(&self.pool, &self.issuer, &self.group, payload).await
-            {
+            let attempt = guarded(handle(&self.pool, &self.issuer, &self.group, payload)).await;
+            let (reason, class) = match attempt {
                 Ok(outcome) => return Ended::Effect(outcome),
                 Err(HandleError::Fatal(reason)) => (reason, ErrorClass::Fatal),
                 Err(error @ (HandleError::Transient(_) | HandleError::Store(_)))
@@ -311,6 +311,26 @@ impl Handler {
                     () = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
             }
+        }
+    }
+}
+
+/// Runs a handler, turning a panic into a fatal error: a panicking handler
+/// must dead-letter its message like any poison, not leave its key busy and
+/// its partition's commit frozen.
+async fn guarded<T>(
+    attempt: impl std::future::Future<Output = Result<T, HandleError>>,
+) -> Result<T, HandleError> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(attempt).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(HandleError::Fatal(format!("the handler panicked: {what}")))
         }
     }
 }
@@ -590,6 +610,26 @@ async fn report_lag(probe: crate::health::BrokerProbe, cancel: CancellationToken
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_a_fatal_error_not_a_stuck_key() {
+        let ok: Result<u8, HandleError> = guarded(async { Ok(7) }).await;
+        assert!(matches!(ok, Ok(7)));
+        let panicked: Result<u8, HandleError> = guarded(async {
+            let seats: Vec<i32> = vec![];
+            Ok(u8::try_from(seats[3]).unwrap_or_default())
+        })
+        .await;
+        match panicked {
+            Err(HandleError::Fatal(reason)) => {
+                assert!(
+                    reason.starts_with("the handler panicked: index out of bounds"),
+                    "{reason}"
+                )
+            }
+            other => panic!("expected a fatal error, got {other:?}"),
+        }
+    }
 
     fn tp() -> TopicPartition {
         ("t".into(), 0)
