@@ -288,8 +288,9 @@ impl Dispatcher {
     }
 
     /// Closed model: a user starts its next fan (offered, never dropped).
-    pub fn offer_closed(&self) {
-        self.offered.fetch_add(1, Ordering::Relaxed);
+    /// Returns the fan's number, unique in the run.
+    pub fn offer_closed(&self) -> u64 {
+        self.offered.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn finish(&self) {

@@ -225,10 +225,9 @@ async fn fans(user: &mut GooseUser) -> TransactionResult {
             return Ok(());
         }
         let arrival = Arrival {
-            seq: run.dispatcher.counts().offered,
+            seq: run.dispatcher.offer_closed(),
             scheduled: Instant::now(),
         };
-        run.dispatcher.offer_closed();
         journey(user, &run, arrival).await
     }
 }
