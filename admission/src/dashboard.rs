@@ -138,11 +138,13 @@ pub async fn sample_all(state: &AppState) -> anyhow::Result<usize> {
         .await?;
     state.history.retain(&ids);
     for event_id in &ids {
+        // Stamped at the Redis read (the view reads Redis first), not after
+        // the order service's answers: rates are read off these stamps.
+        let t_ms = now_ms();
         let Ok(view) = view(state, event_id).await else {
             continue;
         };
         let pipeline = pipeline(state, event_id).await;
-        let t_ms = now_ms();
         let previous = state.history.last(event_id);
         let sample = Sample {
             t_ms,

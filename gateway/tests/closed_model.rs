@@ -4,9 +4,8 @@
 
 mod common;
 
-use clap::Parser;
 use common::{Stack, ADMIN_TOKEN};
-use loadtest::{report, run, Cli};
+use loadtest::report;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
@@ -19,39 +18,30 @@ async fn goose_users_looping_fans_still_get_a_verdict(
         "boxoffice-closed-{}",
         uuid::Uuid::new_v4().simple()
     ));
-    let cli = Cli::try_parse_from([
-        "loadtest",
-        "--profile=steady",
-        "--model=closed",
-        "--host",
-        &stack.gateway,
-        "--admin-url",
-        &stack.admission,
-        "--admin-token",
-        ADMIN_TOKEN,
-        "--payment-url",
-        &stack.payment_provider,
-        "--capacity=1000",
-        "--admission-rate=50",
-        "--users=8",
-        "--increase-rate=8",
-        "--run-time=8s",
-        "--progress-s=0",
-        "--report-dir",
-        &dir.display().to_string(),
-        "--quiet",
-        "--no-print-metrics",
-    ])
-    .unwrap();
-    let outcome = run::run(
-        cli.options,
-        cli.goose,
-        run::Targets {
-            pool: Some(stack.pool.clone()),
-        },
-    )
-    .await
-    .unwrap();
+    let outcome = stack
+        .load_test(&[
+            "--profile=steady",
+            "--model=closed",
+            "--host",
+            &stack.gateway,
+            "--admin-url",
+            &stack.admission,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--payment-url",
+            &stack.payment_provider,
+            "--capacity=1000",
+            "--admission-rate=50",
+            "--users=8",
+            "--increase-rate=8",
+            "--run-time=8s",
+            "--progress-s=0",
+            "--report-dir",
+            &dir.display().to_string(),
+            "--quiet",
+            "--no-print-metrics",
+        ])
+        .await;
     let r = &outcome.report;
     let summary = report::markdown(r);
     assert!(outcome.pass, "{summary}");

@@ -8,9 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use clap::Parser;
 use common::{Stack, ADMIN_TOKEN};
-use loadtest::{report, run, Cli};
+use loadtest::report;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
@@ -24,47 +23,38 @@ async fn a_short_sale_meets_every_threshold_and_the_verdict_passes(
         uuid::Uuid::new_v4().simple()
     ));
     let dir = dir.display().to_string();
-    let cli = Cli::try_parse_from([
-        "loadtest",
-        "--profile=sale",
-        "--host",
-        &stack.gateway,
-        "--admin-url",
-        &stack.admission,
-        "--admin-token",
-        ADMIN_TOKEN,
-        "--payment-url",
-        &stack.payment_provider,
-        // 120 seats, 1-2 a fan, admitted 10/s: about 80 buyers, sold out
-        // some 10 s after opening; fans arrive 8/s in a 6 s prequeue, 30/s
-        // for 5 s at opening, then 8/s.
-        "--capacity=120",
-        "--per-fan-limit=2",
-        "--admission-rate=10",
-        "--access-ttl-s=15",
-        "--prequeue=6s",
-        "--stages=5s:8,5s:=30,40s:=8",
-        "--users=300",
-        "--misbehave=0.15",
-        "--pow-bits=4",
-        "--settle=60s",
-        "--progress-s=2",
-        "--report-dir",
-        &dir,
-        "--quiet",
-        "--no-print-metrics",
-    ])
-    .unwrap();
     let started = std::time::Instant::now();
-    let outcome = run::run(
-        cli.options,
-        cli.goose,
-        run::Targets {
-            pool: Some(stack.pool.clone()),
-        },
-    )
-    .await
-    .unwrap();
+    let outcome = stack
+        .load_test(&[
+            "--profile=sale",
+            "--host",
+            &stack.gateway,
+            "--admin-url",
+            &stack.admission,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--payment-url",
+            &stack.payment_provider,
+            // 120 seats, 1-2 a fan, admitted 10/s: about 80 buyers, sold out
+            // some 10 s after opening; fans arrive 8/s in a 6 s prequeue, 30/s
+            // for 5 s at opening, then 8/s.
+            "--capacity=120",
+            "--per-fan-limit=2",
+            "--admission-rate=10",
+            "--access-ttl-s=15",
+            "--prequeue=6s",
+            "--stages=5s:8,5s:=30,40s:=8",
+            "--users=300",
+            "--misbehave=0.15",
+            "--pow-bits=4",
+            "--settle=60s",
+            "--progress-s=2",
+            "--report-dir",
+            &dir,
+            "--quiet",
+            "--no-print-metrics",
+        ])
+        .await;
     let r = &outcome.report;
     let summary = report::markdown(r);
     assert!(outcome.pass, "{summary}");

@@ -215,6 +215,9 @@ pub struct Dispatcher {
     /// scheduler claims one (decrements) before sending, so an arrival is
     /// only ever sent to a user that is certainly waiting for it.
     free: AtomicI64,
+    /// Arrivals handed over but not yet taken up by their user: the run is
+    /// not over while any is on its way.
+    pending: AtomicI64,
     tx: flume::Sender<Arrival>,
     rx: flume::Receiver<Arrival>,
     offered: AtomicU64,
@@ -234,6 +237,7 @@ impl Default for Dispatcher {
         let (tx, rx) = flume::unbounded();
         Self {
             free: AtomicI64::new(0),
+            pending: AtomicI64::new(0),
             tx,
             rx,
             offered: AtomicU64::new(0),
@@ -254,8 +258,12 @@ impl Dispatcher {
                 (n > 0).then_some(n - 1)
             })
             .is_ok();
-        if claimed && self.tx.send(arrival).is_ok() {
-            return true;
+        if claimed {
+            self.pending.fetch_add(1, Ordering::AcqRel);
+            if self.tx.send(arrival).is_ok() {
+                return true;
+            }
+            self.pending.fetch_sub(1, Ordering::AcqRel);
         }
         self.dropped.fetch_add(1, Ordering::Relaxed);
         false
@@ -270,7 +278,7 @@ impl Dispatcher {
         }
         self.free.fetch_add(1, Ordering::AcqRel);
         if let Ok(Ok(arrival)) = tokio::time::timeout(patience, self.rx.recv_async()).await {
-            return Some(arrival);
+            return Some(self.taken(arrival));
         }
         // Leave the free list, unless an arrival was claimed for us in the
         // meantime: then it is certainly on its way, so take it.
@@ -283,8 +291,18 @@ impl Dispatcher {
         if left {
             None
         } else {
-            self.rx.recv_async().await.ok()
+            self.rx.recv_async().await.ok().map(|a| self.taken(a))
         }
+    }
+
+    fn taken(&self, arrival: Arrival) -> Arrival {
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+        arrival
+    }
+
+    /// Arrivals handed to a user that has not yet taken them up.
+    pub fn pending(&self) -> i64 {
+        self.pending.load(Ordering::Acquire)
     }
 
     /// Closed model: a user starts its next fan (offered, never dropped).
@@ -425,7 +443,9 @@ mod tests {
             }),
             "the one user is busy"
         );
+        assert_eq!(d.pending(), 1, "handed over, not yet taken up");
         assert_eq!(user.await.unwrap().unwrap().seq, 1);
+        assert_eq!(d.pending(), 0);
         assert_eq!(
             d.counts(),
             ArrivalCounts {

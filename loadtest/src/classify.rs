@@ -56,7 +56,7 @@ impl Step {
 pub enum Attack {
     /// Buys again with an access token that already bought: 409.
     Replay,
-    /// Buys with an access token past its expiry: 401 (or 410 once sold out).
+    /// Buys with an access token past its expiry: 401.
     Expired,
     /// Asks for more seats than the per-fan limit: 422.
     TooMany,
@@ -114,9 +114,11 @@ pub fn classify(step: Step, attack: Option<Attack>, answer: Answer<'_>) -> Class
         return error("server error");
     }
     if let Some(attack) = attack {
+        // The token is checked before the stock, so a 410 would mean the
+        // check was skipped and only the sell-out stopped the attack.
         let earned = match attack {
-            Attack::Replay => status == 409 || status == 410,
-            Attack::Expired => status == 401 || status == 410,
+            Attack::Replay => status == 409,
+            Attack::Expired => status == 401,
             Attack::TooMany => status == 422,
         };
         return if earned {
@@ -249,5 +251,8 @@ mod tests {
         assert!(attack(Attack::Expired, 202, "").is_error());
         assert!(attack(Attack::TooMany, 202, "").is_error());
         assert!(attack(Attack::TooMany, 409, "token-used").is_error());
+        // Stopped only by the sell-out: the token check did not do its job.
+        assert!(attack(Attack::Expired, 410, "sold-out").is_error());
+        assert!(attack(Attack::Replay, 410, "sold-out").is_error());
     }
 }

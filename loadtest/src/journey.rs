@@ -126,6 +126,19 @@ impl Run {
             .or_default() += 1;
     }
 
+    /// A fan's journey broke where a well-behaved fan's never should (a
+    /// purchase refused until it gave up, a success without its token, a
+    /// ticket that is not a PDF): an error, beside the answers' errors.
+    fn journey_error(&self, what: &str) {
+        self.error_count.fetch_add(1, Ordering::Relaxed);
+        *self
+            .errors
+            .lock()
+            .expect("not poisoned")
+            .entry(format!("journey: {what}"))
+            .or_default() += 1;
+    }
+
     fn record(
         &self,
         step: Step,
@@ -208,8 +221,9 @@ async fn start_user(user: &mut GooseUser) -> TransactionResult {
 async fn fans(user: &mut GooseUser) -> TransactionResult {
     let run = current()?;
     if run.crowd.open {
-        // Wait briefly, so goose can end the user between waits.
-        let Some(arrival) = run.dispatcher.next(Duration::from_millis(250)).await else {
+        // Wait a second at most, so goose can end the user between waits
+        // (idle users then do not churn goose's transaction figures).
+        let Some(arrival) = run.dispatcher.next(Duration::from_secs(1)).await else {
             // No more arrivals: idle until goose ends the user, never spin
             // (goose loops at once, and a loop that never waits starves the
             // runtime it shares with everything else).
@@ -220,7 +234,7 @@ async fn fans(user: &mut GooseUser) -> TransactionResult {
         };
         journey(user, &run, arrival).await
     } else {
-        if run.stopping() || run.event.get().is_none() {
+        if run.dispatcher.is_finished() || run.stopping() || run.event.get().is_none() {
             tokio::time::sleep(Duration::from_millis(250)).await;
             return Ok(());
         }
@@ -412,7 +426,7 @@ async fn fan(
     let join_path = format!("/v1/events/{e}/queue");
     let mut due = arrival.scheduled;
     let mut pow: Option<Value> = None;
-    let ticket = loop {
+    let (ticket, first_poll) = loop {
         if run.stopping() {
             return Ok("cut off by the end of the run");
         }
@@ -430,9 +444,13 @@ async fn fan(
                 // The client cannot see the server's clock: a join sent within a
                 // second of the opening may have been placed by the shuffle.
                 record.prequeue = sent_wall < event.opens_at + chrono::Duration::seconds(1);
+                record.waiting_until_ms = Some(Utc::now().timestamp_millis());
                 match reply.body["queue_ticket"].as_str() {
-                    Some(t) => break t.to_owned(),
-                    None => return Ok("join answered without a ticket"),
+                    Some(t) => break (t.to_owned(), reply.retry_after),
+                    None => {
+                        run.journey_error("a join answered without a ticket");
+                        return Ok("join answered without a ticket");
+                    }
                 }
             }
             Some(428) => {
@@ -447,6 +465,7 @@ async fn fan(
                     reply.body["challenge"].as_str(),
                     reply.body["difficulty_bits"].as_u64(),
                 ) else {
+                    run.journey_error("a challenge without its fields");
                     return Ok("no proof-of-work challenge");
                 };
                 let (challenge, fan) = (challenge.to_owned(), fan_id.clone());
@@ -470,9 +489,16 @@ async fn fan(
         }
     };
 
-    // Wait in line at the pace the server sets.
+    // Wait in line at the pace the server sets, from the join's answer on.
     let status_path = format!("/v1/events/{e}/queue/status");
-    due = Instant::now();
+    due = match first_poll {
+        Some(wait) => {
+            let at = Instant::now() + wait.min(Duration::from_secs(30));
+            tokio::time::sleep_until(at).await;
+            at
+        }
+        None => Instant::now(),
+    };
     let (access, expires_at) = loop {
         if run.stopping() {
             return Ok("cut off by the end of the run");
@@ -487,10 +513,16 @@ async fn fan(
                     .and_then(|t| t.parse().ok());
                 match (reply.body["access_token"].as_str(), expires) {
                     (Some(token), Some(expires)) => break (token.to_owned(), expires),
-                    _ => return Ok("admitted without a token"),
+                    _ => {
+                        run.journey_error("admitted without an access token");
+                        return Ok("admitted without a token");
+                    }
                 }
             }
-            Some(200) => due = honour(&reply).await,
+            Some(200) => {
+                record.waiting_until_ms = Some(Utc::now().timestamp_millis());
+                due = honour(&reply).await;
+            }
             Some(410) => {
                 if matches!(reply.slug.as_deref(), Some("sold-out" | "closed")) {
                     run.sold_out_seen.store(true, Ordering::Release);
@@ -573,14 +605,20 @@ async fn fan(
                 reply.body["order_token"].as_str(),
             ) {
                 (Some(id), Some(token)) => break (id.to_owned(), token.to_owned()),
-                _ => return Ok("bought without an order"),
+                _ => {
+                    run.journey_error("a purchase accepted without its order");
+                    return Ok("bought without an order");
+                }
             },
-            Some(410) => {
-                run.sold_out_seen.store(true, Ordering::Release);
-                return Ok("admitted, sold out before buying");
-            }
+            // The order service's "only n seats left" is a 410 too: only the
+            // edge's own answers end the sale's arrivals.
+            Some(410) => return Ok("admitted, sold out before buying"),
             Some(429 | 503) if reply.retry_after.is_some() && tries < 10 => {
                 due = honour(&reply).await
+            }
+            Some(429 | 503) => {
+                run.journey_error("a purchase refused ten times");
+                return Ok("purchase failed");
             }
             _ => return Ok("purchase failed"),
         }
@@ -653,6 +691,9 @@ async fn fan(
             "bought, confirmed, tickets downloaded"
         })
     } else {
+        if reply.is(200) {
+            run.journey_error("a ticket download that is not a PDF");
+        }
         Ok("tickets could not be downloaded")
     }
 }

@@ -189,7 +189,7 @@ impl Options {
             Profile::Steady => (
                 Schedule::constant(20.0, Duration::from_secs(60)),
                 event(100_000, 50.0, 300),
-                200,
+                400,
                 false,
             ),
             Profile::Spike => {

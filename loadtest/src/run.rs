@@ -358,13 +358,13 @@ async fn drive(
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    // No new fans; those already in the line or buying finish their journeys
+    // (an arrival handed over but not yet taken up counts as one of them).
     run.dispatcher.finish();
-    if plan.model == Model::Closed {
-        run.stopping.store(true, Ordering::Release);
-    }
-    // Fans already in the line or buying finish their journeys.
     let drain_by = Instant::now() + drain_allowance(&plan);
-    while run.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < drain_by {
+    while (run.in_flight.load(Ordering::Acquire) > 0 || run.dispatcher.pending() > 0)
+        && Instant::now() < drain_by
+    {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     run.stopping.store(true, Ordering::Release);

@@ -167,7 +167,7 @@ pub fn admission_accuracy(samples: &[Sample], min_span: Duration) -> Option<(f64
             && !s.paused
             && s.queue_length > 0
             && s.active < s.max_active
-            && s.remaining.is_none_or(|r| r > 0)
+            && s.remaining.is_some_and(|r| r > 0)
             && s.rate_set > 0.0
     };
     let mut best: Option<(usize, usize)> = None;

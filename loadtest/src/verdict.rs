@@ -52,6 +52,10 @@ pub struct FanRecord {
     pub prequeue: bool,
     /// The admission's instant (ms), read from `expires_at − access_ttl`.
     pub admitted_ms: Option<i64>,
+    /// The last status answer that said "waiting" (wall clock, ms): the fan
+    /// was not admitted before then. What a fan told "sold out" left behind
+    /// (the status answers sold out before it looks for an admission).
+    pub waiting_until_ms: Option<i64>,
     /// The fan learnt its fate: admitted, or told sold out / closed while
     /// waiting. Fans cut off by the run's end tell nothing about order.
     pub concluded: bool,
@@ -507,18 +511,30 @@ pub fn judge(s: &Snapshot) -> Verdict {
         "every order's events applied in outbox order".into(),
     ));
 
-    // 7. Every order reached a final state.
+    // 7. Every order reached a final state, and no seat is held by nobody.
     let open = unsettled(s);
+    let mut problems = Vec::new();
+    if open > 0 {
+        problems.push(format!(
+            "{open} orders still in progress (pending, reserved, charged or refunding)"
+        ));
+    }
+    let held: i64 = s
+        .orders
+        .iter()
+        .filter(|o| matches!(o.status.as_str(), "reserved" | "charged"))
+        .map(|o| o.quantity)
+        .sum();
+    if s.reserved != held {
+        problems.push(format!(
+            "inventory holds {} seats, orders in progress {held}",
+            s.reserved
+        ));
+    }
     checks.push(check(
         "every order settled",
-        if open > 0 {
-            vec![format!(
-                "{open} orders still in progress (pending, reserved, charged or refunding)"
-            )]
-        } else {
-            vec![]
-        },
-        format!("{} orders, all final", s.orders.len()),
+        problems,
+        format!("{} orders, all final, no seat left held", s.orders.len()),
     ));
 
     // 8. Fairness: after opening, admission order follows join order.
@@ -555,11 +571,15 @@ pub fn judge(s: &Snapshot) -> Verdict {
     }
 }
 
+/// How far the client's clock may be from the server's when a "waiting"
+/// answer is compared with an admission instant.
+const CLOCK_MARGIN_MS: i64 = 1_000;
+
 /// Counts fans who overtook someone: a fan B (joined after opening) is an
 /// overtaker when some fan A whose join was answered before B's join was
-/// sent was admitted in a later tick than B, or never, though it waited to
-/// the end. Fans admitted in the same tick tie. Returns (fans checked,
-/// overtakers).
+/// sent was admitted in a later tick than B, or was still told "waiting"
+/// (more than a clock margin) after B's admission. Fans admitted in the same
+/// tick tie. Returns (fans checked, overtakers).
 pub fn inversions(fans: &[FanRecord]) -> (usize, usize) {
     let (checked, overtakers) = overtakers(fans);
     (checked, overtakers.len())
@@ -568,7 +588,12 @@ pub fn inversions(fans: &[FanRecord]) -> (usize, usize) {
 /// The fans [`inversions`] counts, by id.
 pub fn overtakers(fans: &[FanRecord]) -> (usize, Vec<String>) {
     let concluded: Vec<&FanRecord> = fans.iter().filter(|f| f.concluded).collect();
-    let admit = |f: &FanRecord| f.admitted_ms.unwrap_or(i64::MAX);
+    // Not admitted before this instant.
+    let admit = |f: &FanRecord| match (f.admitted_ms, f.waiting_until_ms) {
+        (Some(at), _) => at,
+        (None, Some(waiting)) => waiting - CLOCK_MARGIN_MS,
+        (None, None) => i64::MIN,
+    };
     let mut earlier: Vec<&FanRecord> = concluded.clone();
     earlier.sort_by(|a, b| a.join_answered_s.total_cmp(&b.join_answered_s));
     let mut later: Vec<&FanRecord> = concluded.iter().copied().filter(|f| !f.prequeue).collect();
@@ -737,6 +762,29 @@ mod tests {
     }
 
     #[test]
+    fn a_fan_told_sold_out_may_have_been_admitted_unseen() {
+        // A, admitted in the last tick but told "sold out" at its next poll,
+        // was last told "waiting" at 900: B's admission at 1,000 is fair.
+        let mut a = fan("a", 0.0, 0.1, None);
+        a.waiting_until_ms = Some(900);
+        let b = fan("b", 0.2, 0.3, Some(1_000));
+        assert_eq!(inversions(&[a.clone(), b.clone()]), (2, 0));
+        // Told "waiting" at 2,500, well after B's admission: B overtook A.
+        a.waiting_until_ms = Some(2_500);
+        assert_eq!(inversions(&[a, b]), (2, 1));
+    }
+
+    #[test]
+    fn a_seat_held_by_no_order_in_progress_fails() {
+        let mut s = clean();
+        s.reserved = 1;
+        assert_eq!(
+            failing(&judge(&s)),
+            ["never oversold", "every order settled"]
+        );
+    }
+
+    #[test]
     fn missing_events_unsettled_orders_and_order_of_effects_fail() {
         let mut s = clean();
         s.confirmed_events.clear();
@@ -759,6 +807,8 @@ mod tests {
             join_answered_s: answered,
             prequeue: false,
             admitted_ms: admitted,
+            // Told "waiting" at its join's answer at least.
+            waiting_until_ms: admitted.is_none().then_some(5_000),
             concluded: true,
             admissions: u32::from(admitted.is_some()),
         }

@@ -324,6 +324,43 @@ impl Stack {
         panic!("order {order_id} not ticketed within 90 s");
     }
 
+    /// The URL of this test's own database (for a client that connects itself).
+    pub async fn database_url(&self) -> String {
+        let name: String = sqlx::query_scalar("SELECT current_database()")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap();
+        let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+        let (server, _) = base.rsplit_once('/').expect("a database in DATABASE_URL");
+        format!("{server}/{name}")
+    }
+
+    /// Runs the load test as its binary would, on a runtime of its own: the
+    /// test's runtime has one thread, which the stack needs for itself (a
+    /// shared thread would delay the admission ticks the run measures).
+    pub async fn load_test(&self, args: &[&str]) -> loadtest::run::Outcome {
+        use clap::Parser;
+        let url = self.database_url().await;
+        let mut all = vec!["loadtest", "--database-url", &url];
+        all.extend_from_slice(args);
+        let cli = loadtest::Cli::try_parse_from(all).unwrap();
+        tokio::task::spawn_blocking(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(loadtest::run::run(
+                    cli.options,
+                    cli.goose,
+                    loadtest::run::Targets { pool: None },
+                ))
+        })
+        .await
+        .unwrap()
+        .unwrap()
+    }
+
     pub async fn stop(self) {
         self.cancel.cancel();
         for task in self.tasks {
