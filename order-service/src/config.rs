@@ -168,12 +168,15 @@ pub struct WorkerConfig {
     /// Simulated extra service time per message (demos of Little's law, tests).
     #[arg(long, env = "BOXOFFICE_EXTRA_SERVICE_MS", default_value_t = 0)]
     pub extra_service_ms: u64,
-    /// First retry wait of a transient failure; each next one is 4× (1 s, 4 s, 16 s).
+    /// First retry wait of a transient failure; each next one is 4× (1 s, 4 s, 16 s …).
     #[arg(long, env = "BOXOFFICE_RETRY_BACKOFF_MS", default_value_t = 1_000)]
     pub retry_backoff_ms: u64,
-    /// Retries of a transient failure before the message is dead-lettered.
-    #[arg(long, env = "BOXOFFICE_RETRIES", default_value_t = 3)]
-    pub retries: u32,
+    /// Longest wait between retries of a transient failure. A message whose
+    /// dependency (the database, the ticket store) is down is retried until
+    /// it returns, however long: an outage is not poison, so it is never
+    /// dead-lettered for it; its partition waits, its offset is kept.
+    #[arg(long, env = "BOXOFFICE_RETRY_MAX_BACKOFF_MS", default_value_t = 30_000)]
+    pub retry_max_backoff_ms: u64,
     /// On SIGTERM, how long in-flight messages may take to finish (keep it
     /// below the orchestrator's grace period, 30 s in k8s/).
     #[arg(long, env = "BOXOFFICE_DRAIN_TIMEOUT_MS", default_value_t = 20_000)]

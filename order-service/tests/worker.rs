@@ -300,6 +300,37 @@ async fn an_out_of_range_quantity_is_dead_lettered_and_its_key_moves_on(pool: Pg
 }
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_outage_longer_than_the_backoff_pauses_the_work_and_dead_letters_nothing(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    let orders = seed_orders(&pool, 2, 1).await;
+    let mut config = config(&topic, &group);
+    config.retry_backoff_ms = 50;
+    config.retry_max_backoff_ms = 200;
+    // The ticket store fails: a file where its `orders/` folder must go.
+    std::fs::create_dir_all(&config.ticket_store).unwrap();
+    let blocker = std::path::Path::new(&config.ticket_store).join("orders");
+    std::fs::write(&blocker, b"in the way").unwrap();
+    produce_keyed_by_order(&topic, &orders).await;
+
+    // Four seconds of outage: the old 50/200/800 ms schedule dead-lettered
+    // both messages as exhausted after about a second.
+    let heal = tokio::spawn({
+        let blocker = blocker.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            std::fs::remove_file(&blocker).unwrap();
+        }
+    });
+    let stats = consume_all(config, &pool, Duration::from_secs(90)).await;
+    heal.await.unwrap();
+    assert_eq!((stats.issued, stats.dead_lettered), (2, 0), "{stats:?}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM tickets").await, 2);
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
 async fn a_dead_letter_redriven_after_its_cause_is_fixed_takes_effect(pool: PgPool) {
     let (topic, group) = names();
     kafka::ensure_topics(&brokers(), &[&topic], 1)

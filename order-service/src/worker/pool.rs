@@ -8,10 +8,13 @@
 //! durable), every `commit_interval`, on a rebalance before partitions are
 //! revoked, and at shutdown.
 //!
-//! Failures: transient ones (the database) are retried after 1 s, 4 s, 16 s
-//! (`retry_backoff_ms` × 4ⁿ); a fatal one (undecodable, unknown type, schema
-//! violation) or exhausted retries send the message to the dead-letter topic
-//! with its reason, then it counts as done: the partition never stalls.
+//! Failures: transient ones (the database, the ticket store) are retried
+//! after 1 s, 4 s, 16 s … (`retry_backoff_ms` × 4ⁿ, at most
+//! `retry_max_backoff_ms`) until the dependency returns: an outage pauses
+//! the work and keeps the offset, it never dead-letters a good message. A
+//! fatal one (undecodable, unknown type, schema violation, a panic) sends the
+//! message to the dead-letter topic with its reason, then it counts as done:
+//! poison never stalls its partition.
 //!
 //! Shutdown (cancel, i.e. SIGTERM/SIGINT): fetching stops, in-flight handlers
 //! get `drain_timeout` to finish, done offsets are committed, and the
@@ -238,7 +241,7 @@ struct Handler {
     dlq_topic: String,
     extra_service: Duration,
     retry_backoff: Duration,
-    retries: u32,
+    retry_max_backoff: Duration,
     cancel: CancellationToken,
 }
 
@@ -282,21 +285,17 @@ impl Handler {
             let (reason, class) = match attempt {
                 Ok(outcome) => return Ended::Effect(outcome),
                 Err(HandleError::Fatal(reason)) => (reason, ErrorClass::Fatal),
-                Err(error @ (HandleError::Transient(_) | HandleError::Store(_)))
-                    if retry < self.retries =>
-                {
-                    let wait = self.retry_backoff * 4u32.pow(retry);
+                Err(error @ (HandleError::Transient(_) | HandleError::Store(_))) => {
+                    let wait = (self.retry_backoff * 4u32.saturating_pow(retry.min(10)))
+                        .min(self.retry_max_backoff);
                     retry += 1;
-                    tracing::warn!(%error, retry, ?wait, "transient failure; retrying");
+                    metrics::counter!("boxoffice_worker_transient_retries_total").increment(1);
+                    tracing::warn!(%error, retry, ?wait, "transient failure; retrying until it passes");
                     tokio::select! {
                         () = self.cancel.cancelled() => return Ended::Abandoned,
                         () = tokio::time::sleep(wait) => continue,
                     }
                 }
-                Err(error @ (HandleError::Transient(_) | HandleError::Store(_))) => (
-                    format!("{error} (after {retry} retries)"),
-                    ErrorClass::Exhausted,
-                ),
             };
             tracing::error!(%reason, class = class.as_str(), "dead-lettering the message");
             // The partition must not stall, but the letter must not be lost:
@@ -391,7 +390,7 @@ pub async fn run(
         dlq_topic,
         extra_service: Duration::from_millis(config.extra_service_ms),
         retry_backoff: Duration::from_millis(config.retry_backoff_ms),
-        retries: config.retries,
+        retry_max_backoff: Duration::from_millis(config.retry_max_backoff_ms.max(1)),
         cancel: cancel.clone(),
     };
     let probe =
@@ -409,9 +408,11 @@ pub async fn run(
     };
     metrics::gauge!("boxoffice_worker_pool_size").set(size as f64);
     // Shown at 0 from the start, so "DLQ > 0" alerts have a series to watch.
+    // (`exhausted` is no longer produced; older letters may carry it.)
     for class in [ErrorClass::Fatal, ErrorClass::Exhausted] {
         metrics::counter!("boxoffice_dlq_messages_total", "class" => class.as_str()).increment(0);
     }
+    metrics::counter!("boxoffice_worker_transient_retries_total").increment(0);
     tracing::info!(size, workers = ?config.workers, "worker pool starting");
     let mut service_time_s = config.service_time_ms / 1000.0;
     let mut stats = WorkerStats::default();
