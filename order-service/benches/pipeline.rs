@@ -220,13 +220,16 @@ async fn relay_events_per_s(pool: &PgPool, events: usize) {
             batch: 1,
             ..config.clone()
         },
+        &mut relay::Blocked::default(),
     )
     .await
     .unwrap();
     let started = Instant::now();
     let mut published = 1;
     while published < events {
-        published += relay::relay_batch(pool, &producer, &config).await.unwrap();
+        published += relay::relay_batch(pool, &producer, &config, &mut relay::Blocked::default())
+            .await
+            .unwrap();
     }
     let relay_rate = (events - 1) as f64 / started.elapsed().as_secs_f64();
 

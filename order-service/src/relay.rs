@@ -12,12 +12,18 @@
 //! A relay that dies between publish and mark publishes the batch again after
 //! restart: delivery is at-least-once and consumers deduplicate on the
 //! CloudEvent id, which was made once when the row was written.
+//!
+//! One failing partition must not stall the rest: each acknowledged row is
+//! marked on its own, and an aggregate whose send failed is left out of the
+//! claims for a while ([`Blocked`]), so its rows do not fill every batch.
+//! Within that aggregate nothing after the failed row is marked, so its
+//! events are sent again in order when it is retried.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use boxoffice_contract::trace::TRACEPARENT;
-use futures::future::try_join_all;
+use futures::future::join_all;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::PgPool;
@@ -58,6 +64,32 @@ struct Row {
     traceparent: Option<String>,
 }
 
+/// Aggregates whose last send failed, each left out of the claims until
+/// its time: the rest of the outbox keeps flowing past a failing partition.
+#[derive(Debug, Default)]
+pub struct Blocked {
+    until: HashMap<String, tokio::time::Instant>,
+}
+
+impl Blocked {
+    /// How long an aggregate waits after a failed send.
+    const PAUSE: Duration = Duration::from_secs(2);
+
+    fn block(&mut self, aggregate: &str) {
+        self.until.insert(
+            aggregate.to_owned(),
+            tokio::time::Instant::now() + Self::PAUSE,
+        );
+    }
+
+    /// The aggregates still blocked now (the others are forgotten).
+    fn current(&mut self) -> Vec<String> {
+        let now = tokio::time::Instant::now();
+        self.until.retain(|_, until| *until > now);
+        self.until.keys().cloned().collect()
+    }
+}
+
 /// Relays until cancelled. Errors are logged and retried with a pause.
 pub async fn run(
     pool: PgPool,
@@ -66,8 +98,9 @@ pub async fn run(
     cancel: CancellationToken,
 ) {
     let mut last_cleanup = tokio::time::Instant::now();
+    let mut blocked = Blocked::default();
     while !cancel.is_cancelled() {
-        let pause = match relay_batch(&pool, &producer, &config).await {
+        let pause = match relay_batch(&pool, &producer, &config, &mut blocked).await {
             Ok(0) => config.idle,
             Ok(_) => Duration::ZERO,
             Err(error) => {
@@ -88,19 +121,23 @@ pub async fn run(
     }
 }
 
-/// Publishes one batch; returns how many rows it published.
+/// Publishes one batch; returns how many rows it published. Rows whose send
+/// failed stay unpublished and their aggregates are blocked for a while.
 pub async fn relay_batch(
     pool: &PgPool,
     producer: &FutureProducer,
     config: &RelayConfig,
+    blocked: &mut Blocked,
 ) -> anyhow::Result<usize> {
     let started = std::time::Instant::now();
     let mut tx = pool.begin().await?;
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT id, aggregate_id, event_type, payload, traceparent FROM outbox
-         WHERE published_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+         WHERE published_at IS NULL AND NOT (aggregate_id = ANY($2))
+         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(config.batch)
+    .bind(blocked.current())
     .fetch_all(&mut *tx)
     .await?;
     let rows = in_order_per_aggregate(&mut tx, rows).await?;
@@ -136,13 +173,35 @@ pub async fn relay_batch(
         async move { send.await.map_err(|(error, _)| error) }
     });
     let claimed = started.elapsed();
-    try_join_all(sends).await?;
+    let results = join_all(sends).await;
     let published = started.elapsed();
     if config.crash_after_publish {
         tracing::error!("crash_after_publish: aborting between publish and mark");
         std::process::abort();
     }
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    // Mark every acknowledged row, except those after a failed row of the
+    // same aggregate (they go again, in order, with it).
+    let mut failed: HashSet<&str> = HashSet::new();
+    let mut ids: Vec<i64> = Vec::with_capacity(rows.len());
+    for (row, result) in rows.iter().zip(&results) {
+        match result {
+            Ok(_) if !failed.contains(row.aggregate_id.as_str()) => ids.push(row.id),
+            Ok(_) => {}
+            Err(error) => {
+                if failed.insert(row.aggregate_id.as_str()) {
+                    tracing::warn!(%error, aggregate_id = %row.aggregate_id, "outbox send failed; that aggregate waits, the rest goes on");
+                    blocked.block(&row.aggregate_id);
+                }
+            }
+        }
+    }
+    if ids.is_empty() {
+        tx.rollback().await?;
+        anyhow::bail!(
+            "every send of the batch failed ({} aggregates)",
+            failed.len()
+        );
+    }
     sqlx::query("UPDATE outbox SET published_at = now() WHERE id = ANY($1)")
         .bind(&ids)
         .execute(&mut *tx)

@@ -101,3 +101,95 @@ async fn two_relays_publish_every_row_once_in_order_per_key(pool: PgPool) {
         relay.await.unwrap();
     }
 }
+
+/// One partition whose broker is down (librdkafka's mock cluster: a fault
+/// tansu cannot produce) must not stall the outbox: the other aggregates' rows
+/// are published, the failing aggregate's wait, then follow in order.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_failing_partition_blocks_only_its_own_aggregates(pool: PgPool) {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let mock = MockCluster::new(2).unwrap();
+    let topic = "relay-mock";
+    mock.create_topic(topic, 2, 1).unwrap();
+    mock.partition_leader(topic, 0, Some(1)).unwrap();
+    mock.partition_leader(topic, 1, Some(2)).unwrap();
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", "1500")
+        .create()
+        .unwrap();
+    // Which keys land on which partition (the producer's own partitioner).
+    let mut by_partition: HashMap<i32, Vec<String>> = HashMap::new();
+    for n in 0..40 {
+        let key = format!("order-{n}");
+        let delivery = producer
+            .send(
+                FutureRecord::to(topic).key(&key).payload("probe"),
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+        by_partition
+            .entry(delivery.partition)
+            .or_default()
+            .push(key);
+    }
+    let bad = by_partition[&1][0].clone();
+    let good: Vec<String> = by_partition[&0].iter().take(5).cloned().collect();
+
+    // The failing aggregate's three rows come first, then one row per good key;
+    // a batch of 4 would never get past them if the whole batch failed.
+    let mut keys = vec![bad.clone(), bad.clone(), bad.clone()];
+    keys.extend(good.iter().cloned());
+    for (seq, key) in keys.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ('order', $1, 'test', jsonb_build_object('id', $2::text))",
+        )
+        .bind(key)
+        .bind(seq.to_string())
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    // Partition 1's only broker goes down.
+    mock.broker_down(2).unwrap();
+
+    let config = RelayConfig {
+        topic: topic.into(),
+        batch: 4,
+        retention: Duration::from_secs(3_600),
+        idle: Duration::from_millis(20),
+        crash_after_publish: false,
+    };
+    let mut blocked = relay::Blocked::default();
+    for _ in 0..4 {
+        let _ = relay::relay_batch(&pool, &producer, &config, &mut blocked).await;
+    }
+    let published = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, String>(
+            "SELECT aggregate_id FROM outbox WHERE published_at IS NOT NULL ORDER BY id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(
+        published(pool.clone()).await,
+        good,
+        "the healthy aggregates went on"
+    );
+
+    // The partition comes back: the blocked aggregate follows, all of it.
+    mock.broker_up(2).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for _ in 0..4 {
+        let _ = relay::relay_batch(&pool, &producer, &config, &mut blocked).await;
+    }
+    let all = published(pool.clone()).await;
+    assert_eq!(all.len(), 8, "{all:?}");
+}
