@@ -347,7 +347,8 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Ready when Postgres, Redis and the broker all answer.
+/// Ready when Postgres, Redis and the broker all answer, and the outbox
+/// relay's producer is usable.
 async fn readyz(State(state): State<AppState>) -> Response {
     let (db, redis, broker) = tokio::join!(
         sqlx::query("SELECT 1").execute(&state.pool),
@@ -355,14 +356,14 @@ async fn readyz(State(state): State<AppState>) -> Response {
         state.broker.reachable()
     );
     let db = db.is_ok();
-    if db && redis && broker {
+    let relay = state.relay.fatal();
+    if db && redis && broker && relay.is_none() {
         "ready".into_response()
     } else {
-        Problem::unavailable(
-            "not-ready",
-            format!("postgres up: {db}, redis up: {redis}, broker up: {broker}"),
-            1,
-        )
-        .into_response()
+        let mut detail = format!("postgres up: {db}, redis up: {redis}, broker up: {broker}");
+        if let Some(why) = relay {
+            detail.push_str(&format!(", outbox producer failed: {why}"));
+        }
+        Problem::unavailable("not-ready", detail, 1).into_response()
     }
 }

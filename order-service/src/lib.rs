@@ -50,6 +50,8 @@ pub struct AppState {
     pub broker: health::BrokerProbe,
     /// Wakes the saga runners when an order is placed, so they need not poll fast.
     pub saga_wakeup: Arc<tokio::sync::Notify>,
+    /// Whether the outbox relay's producer is usable (readiness).
+    pub relay: relay::RelayHealth,
 }
 
 impl AppState {
@@ -70,6 +72,7 @@ impl AppState {
             )?,
             config: Arc::new(config),
             saga_wakeup: Arc::default(),
+            relay: relay::RelayHealth::default(),
         })
     }
 }
@@ -102,10 +105,13 @@ pub async fn serve(
             state.config.partitions,
         )
         .await?;
+        let brokers = state.config.kafka_brokers.clone();
         tracker.spawn(relay::run(
             state.pool.clone(),
             producer,
             relay::RelayConfig::from(&*state.config),
+            state.relay.clone(),
+            move || kafka::producer(&brokers),
             cancel.clone(),
         ));
     }

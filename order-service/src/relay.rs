@@ -20,12 +20,13 @@
 //! events are sent again in order when it is retried.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use boxoffice_contract::trace::TRACEPARENT;
 use futures::future::join_all;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -90,16 +91,56 @@ impl Blocked {
     }
 }
 
-/// Relays until cancelled. Errors are logged and retried with a pause.
+/// Whether the relay's producer is usable, for readiness: after a fatal
+/// librdkafka error (an idempotence sequence broken, a fenced producer)
+/// every send fails until the producer is rebuilt.
+#[derive(Debug, Clone, Default)]
+pub struct RelayHealth(Arc<Mutex<Option<String>>>);
+
+impl RelayHealth {
+    /// Why the producer is unusable, while it is.
+    pub fn fatal(&self) -> Option<String> {
+        self.0.lock().expect("relay health lock").clone()
+    }
+
+    pub fn set_fatal(&self, reason: Option<String>) {
+        *self.0.lock().expect("relay health lock") = reason;
+    }
+}
+
+/// Relays until cancelled. Errors are logged and retried with a pause. A
+/// producer that failed fatally is replaced by `rebuild`'s; while that
+/// fails, `health` says so.
 pub async fn run(
     pool: PgPool,
-    producer: FutureProducer,
+    mut producer: FutureProducer,
     config: RelayConfig,
+    health: RelayHealth,
+    rebuild: impl Fn() -> anyhow::Result<FutureProducer>,
     cancel: CancellationToken,
 ) {
     let mut last_cleanup = tokio::time::Instant::now();
     let mut blocked = Blocked::default();
     while !cancel.is_cancelled() {
+        if let Some((code, reason)) = producer.client().fatal_error() {
+            let why = format!("{code:?}: {reason}");
+            tracing::error!(error = %why, "the outbox producer failed fatally; rebuilding it");
+            health.set_fatal(Some(why));
+            match rebuild() {
+                Ok(fresh) => {
+                    producer = fresh;
+                    health.set_fatal(None);
+                    metrics::counter!("boxoffice_relay_producer_rebuilds_total").increment(1);
+                }
+                Err(error) => {
+                    tracing::error!(%error, "could not rebuild the outbox producer");
+                    tokio::select! {
+                        () = cancel.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            }
+        }
         let pause = match relay_batch(&pool, &producer, &config, &mut blocked).await {
             Ok(0) => config.idle,
             Ok(_) => Duration::ZERO,

@@ -10,6 +10,7 @@ use common::brokers;
 use order_service::kafka;
 use order_service::relay::{self, RelayConfig};
 use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, Message};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -44,6 +45,8 @@ async fn two_relays_publish_every_row_once_in_order_per_key(pool: PgPool) {
                 pool.clone(),
                 kafka::producer(&brokers()).unwrap(),
                 config.clone(),
+                relay::RelayHealth::default(),
+                || kafka::producer(&brokers()),
                 cancel.clone(),
             ))
         })
@@ -192,4 +195,124 @@ async fn a_failing_partition_blocks_only_its_own_aggregates(pool: PgPool) {
     }
     let all = published(pool.clone()).await;
     assert_eq!(all.len(), 8, "{all:?}");
+}
+
+/// A fatal librdkafka error (injected with librdkafka's own test hook) makes
+/// every send fail for good: the relay notices, builds a new producer, says
+/// so while it cannot, and the outbox flows again.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_fatal_producer_error_is_noticed_and_the_producer_rebuilt(pool: PgPool) {
+    let topic = format!("relay-fatal-{}", uuid::Uuid::new_v4().simple());
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    let producer = kafka::producer(&brokers()).unwrap();
+    let reason = std::ffi::CString::new("injected by the test").unwrap();
+    // SAFETY: the producer's handle is live for the call; librdkafka copies the reason.
+    let injected = unsafe {
+        rdkafka::bindings::rd_kafka_test_fatal_error(
+            producer.client().native_ptr(),
+            rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+            reason.as_ptr(),
+        )
+    };
+    assert_eq!(
+        injected,
+        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+    );
+    assert!(
+        producer.client().fatal_error().is_some(),
+        "the producer is fatally failed"
+    );
+
+    sqlx::query(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'order', 'key-' || n, 'test', jsonb_build_object('id', n::text)
+         FROM generate_series(1, 5) AS n",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let health = relay::RelayHealth::default();
+    let rebuilds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(relay::run(
+        pool.clone(),
+        producer,
+        RelayConfig {
+            topic,
+            batch: 10,
+            retention: Duration::from_secs(3_600),
+            idle: Duration::from_millis(20),
+            crash_after_publish: false,
+        },
+        health.clone(),
+        {
+            let rebuilds = rebuilds.clone();
+            move || {
+                rebuilds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                kafka::producer(&brokers())
+            }
+        },
+        cancel.clone(),
+    ));
+    let mut published = 0;
+    for _ in 0..300 {
+        published = sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if published == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cancel.cancel();
+    task.await.unwrap();
+    assert_eq!(published, 5, "the outbox flowed again");
+    assert_eq!(rebuilds.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(health.fatal(), None, "ready again once rebuilt");
+}
+
+/// While the relay's producer is unusable, the order service is not ready,
+/// and says why.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn readiness_says_when_the_outbox_producer_has_failed(pool: PgPool) {
+    let config = {
+        let mut c = order_service::ServeConfig::defaults();
+        c.redis_url = common::redis_url();
+        c.kafka_brokers = brokers();
+        c.saga_runners = 0;
+        c.relay = false;
+        c.ticket_store = common::ticket_store("readyz");
+        c
+    };
+    let service = common::OrderService::start(pool, config).await;
+    let ready = || async {
+        service
+            .http
+            .get(format!("{}/readyz", service.url))
+            .send()
+            .await
+            .unwrap()
+    };
+    assert_eq!(ready().await.status(), 200);
+    service
+        .relay
+        .set_fatal(Some("OutOfOrderSequenceNumber: injected".into()));
+    let answer = ready().await;
+    assert_eq!(answer.status(), 503);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("outbox producer failed: OutOfOrderSequenceNumber"),
+        "{body}"
+    );
+    service.relay.set_fatal(None);
+    assert_eq!(ready().await.status(), 200);
+    service.stop().await;
 }

@@ -80,6 +80,8 @@ pub fn ticket_store(name: &str) -> String {
 pub struct OrderService {
     pub url: String,
     pub http: reqwest::Client,
+    /// The running service's relay health (readiness reads it).
+    pub relay: order_service::relay::RelayHealth,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -91,6 +93,7 @@ impl OrderService {
             .await
             .unwrap();
         let state = order_service::AppState::new(pool, redis, config).unwrap();
+        let relay = state.relay.clone();
         let (listener, url) = listener().await;
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
@@ -100,6 +103,7 @@ impl OrderService {
         Self {
             url,
             http: reqwest::Client::new(),
+            relay,
             cancel,
             task,
         }
