@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Stack, ADMIN_TOKEN};
+use common::Stack;
 use loadtest::report;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -22,24 +22,13 @@ async fn goose_users_looping_fans_still_get_a_verdict(
         .load_test(&[
             "--profile=steady",
             "--model=closed",
-            "--host",
-            &stack.gateway,
-            "--admin-url",
-            &stack.admission,
-            "--admin-token",
-            ADMIN_TOKEN,
-            "--payment-url",
-            &stack.payment_provider,
             "--capacity=1000",
             "--admission-rate=50",
             "--users=8",
             "--increase-rate=8",
             "--run-time=8s",
-            "--progress-s=0",
             "--report-dir",
             &dir.display().to_string(),
-            "--quiet",
-            "--no-print-metrics",
         ])
         .await;
     let r = &outcome.report;

@@ -335,13 +335,29 @@ impl Stack {
         format!("{server}/{name}")
     }
 
-    /// Runs the load test as its binary would, on a runtime of its own: the
-    /// test's runtime has one thread, which the stack needs for itself (a
-    /// shared thread would delay the admission ticks the run measures).
+    /// Runs the load test against this stack as its binary would, on a
+    /// runtime of its own: the test's runtime has one thread, which the
+    /// stack needs for itself (a shared thread would delay the admission
+    /// ticks the run measures).
     pub async fn load_test(&self, args: &[&str]) -> loadtest::run::Outcome {
         use clap::Parser;
         let url = self.database_url().await;
-        let mut all = vec!["loadtest", "--database-url", &url];
+        let mut all = vec![
+            "loadtest",
+            "--database-url",
+            &url,
+            "--host",
+            &self.gateway,
+            "--admin-url",
+            &self.admission,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--payment-url",
+            &self.payment_provider,
+            "--progress-s=0",
+            "--quiet",
+            "--no-print-metrics",
+        ];
         all.extend_from_slice(args);
         let cli = loadtest::Cli::try_parse_from(all).unwrap();
         tokio::task::spawn_blocking(move || {
