@@ -25,6 +25,13 @@ pub struct Stage {
     pub target: f64,
 }
 
+impl Stage {
+    /// `10s→60/s`, for reports.
+    pub fn describe(&self) -> String {
+        format!("{:.0}s→{}/s", self.duration.as_secs_f64(), self.target)
+    }
+}
+
 fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }

@@ -15,7 +15,7 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::arrivals::{parse_duration, Schedule, Stage};
+use crate::arrivals::{parse_duration, Schedule};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -350,12 +350,6 @@ pub fn parse_addresses(text: &str) -> anyhow::Result<Vec<IpAddr>> {
 /// plus time for the last fans' journeys.
 pub fn drain_allowance(plan: &Plan) -> Duration {
     Duration::from_secs(plan.event.access_ttl_s + 60)
-}
-
-impl Stage {
-    pub fn describe(&self) -> String {
-        format!("{:.0}s→{}/s", self.duration.as_secs_f64(), self.target)
-    }
 }
 
 #[cfg(test)]

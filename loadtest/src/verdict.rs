@@ -579,13 +579,7 @@ const CLOCK_MARGIN_MS: i64 = 1_000;
 /// overtaker when some fan A whose join was answered before B's join was
 /// sent was admitted in a later tick than B, or was still told "waiting"
 /// (more than a clock margin) after B's admission. Fans admitted in the same
-/// tick tie. Returns (fans checked, overtakers).
-pub fn inversions(fans: &[FanRecord]) -> (usize, usize) {
-    let (checked, overtakers) = overtakers(fans);
-    (checked, overtakers.len())
-}
-
-/// The fans [`inversions`] counts, by id.
+/// tick tie. Returns (fans checked, the overtakers' ids).
 pub fn overtakers(fans: &[FanRecord]) -> (usize, Vec<String>) {
     let concluded: Vec<&FanRecord> = fans.iter().filter(|f| f.concluded).collect();
     // Not admitted before this instant.
@@ -614,6 +608,11 @@ pub fn overtakers(fans: &[FanRecord]) -> (usize, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn inversions(fans: &[FanRecord]) -> (usize, usize) {
+        let (checked, overtook) = overtakers(fans);
+        (checked, overtook.len())
+    }
 
     /// A clean sale: capacity 4; two confirmed orders of 2, paid, ticketed.
     fn clean() -> Snapshot {
