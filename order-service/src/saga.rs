@@ -5,7 +5,7 @@
 //! | `reserved` | live | [`Step::Charge`]: charge, idempotency key = order id (the pivot) | captured → `charged`; declined → `failed` + seats released; unknown → reconcile by key, else retry later |
 //! | `reserved` | expired | [`Step::Sweep`]: void the key at the provider (reconcile and close in one call) | captured after all → `charged`; nothing taken → `failed` + seats released |
 //! | `charged` | — | [`Step::SellAndConfirm`]: seats held → sold; order `confirmed` + outbox `OrderConfirmed`, one transaction | `confirmed` (retried until done) |
-//! | `failed` with a capture | — | refund (compensation of the charge) | payment `refunded` |
+//! | `failed` with a capture | — | refund (compensation of the charge), under its own lease and backoff | payment `refunded` |
 //!
 //! Steps 1-2 (the order and its seat hold) happen in [`store::place_order`]
 //! when the fan buys, so "sold out" is answered synchronously. Everything
@@ -108,11 +108,15 @@ pub fn retry_delay(attempts: i32) -> Duration {
     Duration::from_millis(500 * 2u64.pow(exponent)).min(Duration::from_secs(30))
 }
 
-/// One saga runner: advances orders until cancelled, sleeping when idle.
+/// One saga runner: advances orders and refunds until cancelled, sleeping
+/// when idle. Refunds go first on every other turn, so a stream of due
+/// orders cannot starve them.
 pub async fn run(state: AppState, runner: usize, cancel: CancellationToken) {
     tracing::debug!(runner, "saga runner started");
+    let mut refunds_first = false;
     while !cancel.is_cancelled() {
-        match advance_one(&state).await {
+        refunds_first = !refunds_first;
+        match advance_one(&state, refunds_first).await {
             Ok(true) => continue,
             Ok(false) => {}
             Err(error) => tracing::warn!(runner, %error, "saga step failed; retrying"),
@@ -131,11 +135,20 @@ pub fn lease(state: &AppState) -> Duration {
     state.payments.config().call_budget() * 2 + Duration::from_secs(5)
 }
 
-/// Advances one due order by one step (or refunds one capture); `false`
-/// when there was nothing to do.
-pub async fn advance_one(state: &AppState) -> Result<bool, StoreError> {
+/// Does one piece of due work, a refund or one step of an order, trying
+/// refunds first if `refunds_first`; `false` when there was nothing to do.
+pub async fn advance_one(state: &AppState, refunds_first: bool) -> Result<bool, StoreError> {
+    if refunds_first {
+        Ok(refund_one(state).await? || step_one(state).await?)
+    } else {
+        Ok(step_one(state).await? || refund_one(state).await?)
+    }
+}
+
+/// Advances one due order by one step; `false` when none was due.
+async fn step_one(state: &AppState) -> Result<bool, StoreError> {
     let Some(claimed) = store::claim_due(&state.pool, lease(state)).await? else {
-        return refund_one(state).await;
+        return Ok(false);
     };
     let Claimed {
         order,
@@ -241,24 +254,26 @@ async fn sell_and_confirm(
     Ok(())
 }
 
-/// Compensation of the charge: gives back one capture whose order failed.
+/// Compensation of the charge: gives back one capture whose order failed,
+/// claimed under a lease so no transaction stays open across the provider
+/// call; a refund not done is tried again after [`retry_delay`]. `false`
+/// when no refund was due.
 async fn refund_one(state: &AppState) -> Result<bool, StoreError> {
-    let mut tx = state.pool.begin().await?;
-    let Some(order_id) = store::claim_refund(&mut tx).await? else {
+    let Some((order_id, attempts)) = store::claim_refund(&state.pool, lease(state)).await? else {
         return Ok(false);
     };
     match state.payments.refund(&order_id.to_string()).await {
         Ok(charge) if charge.status == ChargeStatus::Refunded => {
-            store::mark_refunded(&mut tx, order_id).await?;
-            tx.commit().await?;
+            store::mark_refunded(&state.pool, order_id).await?;
             tracing::info!(%order_id, "capture refunded");
-            Ok(true)
         }
         outcome => {
-            tracing::warn!(%order_id, ?outcome, "refund not done; retrying later");
-            Ok(false)
+            let delay = retry_delay(attempts);
+            tracing::warn!(%order_id, attempts, ?delay, ?outcome, "refund not done; retrying later");
+            store::refund_later(&state.pool, order_id, delay).await?;
         }
     }
+    Ok(true)
 }
 
 fn count(status: &'static str) {

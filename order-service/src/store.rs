@@ -372,23 +372,49 @@ pub async fn fail_and_release(
     Ok(Some((event_id, stock)))
 }
 
-/// Claims one capture waiting to be refunded; the row stays locked until
-/// `tx` ends, so one runner refunds it at a time.
-pub async fn claim_refund(tx: &mut Transaction<'_, Postgres>) -> Result<Option<Uuid>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT order_id FROM payments WHERE status = 'refunding' LIMIT 1 FOR UPDATE SKIP LOCKED",
+/// Claims the capture waiting to be refunded that has been due longest,
+/// under a lease, as [`claim_due`] does for orders: the claim commits at
+/// once, so no row stays locked across the provider call. Returns the order
+/// id and the refund's claims so far, this one included.
+pub async fn claim_refund(
+    pool: &PgPool,
+    lease: std::time::Duration,
+) -> Result<Option<(Uuid, i32)>, StoreError> {
+    Ok(sqlx::query_as(
+        "UPDATE payments SET next_refund_at = now() + make_interval(secs => $1),
+                refund_attempts = refund_attempts + 1
+         WHERE order_id = (
+             SELECT order_id FROM payments
+             WHERE status = 'refunding' AND next_refund_at <= now()
+             ORDER BY next_refund_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+         RETURNING order_id, refund_attempts",
     )
-    .fetch_optional(&mut **tx)
+    .bind(lease.as_secs_f64())
+    .fetch_optional(pool)
     .await?)
 }
 
-pub async fn mark_refunded(
-    tx: &mut Transaction<'_, Postgres>,
+/// Hands a refund the provider did not complete back, to be tried after `delay`.
+pub async fn refund_later(
+    pool: &PgPool,
     order_id: Uuid,
+    delay: std::time::Duration,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE payments SET status = 'refunded' WHERE order_id = $1")
+    sqlx::query(
+        "UPDATE payments SET next_refund_at = now() + make_interval(secs => $2)
+         WHERE order_id = $1 AND status = 'refunding'",
+    )
+    .bind(order_id)
+    .bind(delay.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+pub async fn mark_refunded(pool: &PgPool, order_id: Uuid) -> Result<(), StoreError> {
+    sqlx::query("UPDATE payments SET status = 'refunded' WHERE order_id = $1 AND status = 'refunding'")
         .bind(order_id)
-        .execute(&mut **tx)
+        .execute(pool)
         .await?;
     Ok(())
 }

@@ -137,26 +137,7 @@ async fn a_capture_for_an_order_that_failed_meanwhile_is_refunded(pool: PgPool) 
     let (status, order_id) = place(&service.http, &service.url, "ev", "fan", 2).await;
     assert_eq!(status, 202);
 
-    // The order fails (its hold swept), while a charge under its key is
-    // captured anyway (a provider without void, a racing runner).
-    order_service::store::fail_and_release(&pool, order_id, "hold-expired")
-        .await
-        .unwrap()
-        .expect("the order was held");
-    let http = reqwest::Client::new();
-    let captured = http
-        .post(format!("{provider_url}/v1/charges"))
-        .json(
-            &serde_json::json!({ "idempotency_key": order_id.to_string(), "amount_cents": 9_000 }),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(captured.status(), 201);
-    let charged = order_service::store::mark_charged(&pool, order_id, 9_000)
-        .await
-        .unwrap();
-    assert!(!charged, "a failed order must not become charged");
+    refunding(&pool, &provider_url, order_id).await;
     service.stop().await;
 
     // A saga runner gives the money back.
@@ -171,6 +152,154 @@ async fn a_capture_for_an_order_that_failed_meanwhile_is_refunded(pool: PgPool) 
     assert_eq!(payment, "refunded");
     check_books(&provider, &[]);
     check_orders(&pool, "ev", 10).await;
+
+    service.stop().await;
+    cancel.cancel();
+}
+
+/// Makes a held order fail (its hold swept) while a charge under its key is
+/// captured anyway (a provider without void, a racing runner): the capture
+/// waits as `refunding`.
+async fn refunding(pool: &PgPool, provider_url: &str, order_id: uuid::Uuid) {
+    order_service::store::fail_and_release(pool, order_id, "hold-expired")
+        .await
+        .unwrap()
+        .expect("the order was held");
+    let captured = reqwest::Client::new()
+        .post(format!("{provider_url}/v1/charges"))
+        .json(
+            &serde_json::json!({ "idempotency_key": order_id.to_string(), "amount_cents": 9_000 }),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(captured.status(), 201);
+    let charged = order_service::store::mark_charged(pool, order_id, 9_000)
+        .await
+        .unwrap();
+    assert!(!charged, "a failed order must not become charged");
+}
+
+async fn set_knobs(provider_url: &str, knobs: serde_json::Value) {
+    let response = reqwest::Client::new()
+        .put(format!("{provider_url}/v1/knobs"))
+        .json(&knobs)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+}
+
+async fn refund_row(pool: &PgPool, order_id: uuid::Uuid) -> (String, i32, bool) {
+    sqlx::query_as(
+        "SELECT status, refund_attempts, next_refund_at > now() FROM payments WHERE order_id = $1",
+    )
+    .bind(order_id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_refund_holds_no_lock_across_the_provider_call_and_backs_off_when_refused(
+    pool: PgPool,
+) {
+    let cancel = CancellationToken::new();
+    let (_provider, provider_url) = start_provider(Knobs::default(), &cancel).await;
+    let mut config = config(&prefix(), &provider_url);
+    config.saga_runners = 0;
+    config.payment.payment_attempt_timeout_ms = 5_000;
+    config.payment.payment_retries = 0;
+    let service = OrderService::start(pool.clone(), config.clone()).await;
+    create_event(&service.http, &service.url, "ev", 10).await;
+    let (status, order_id) = place(&service.http, &service.url, "ev", "fan", 1).await;
+    assert_eq!(status, 202);
+    refunding(&pool, &provider_url, order_id).await;
+    let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
+        .await
+        .unwrap();
+    let state = order_service::AppState::new(pool.clone(), redis, config).unwrap();
+
+    // The provider refuses: the refund is tried once, then waits its backoff.
+    set_knobs(&provider_url, serde_json::json!({ "error_rate": 1.0 })).await;
+    assert!(order_service::saga::advance_one(&state, true).await.unwrap());
+    assert_eq!(refund_row(&pool, order_id).await, ("refunding".into(), 1, true));
+    assert!(!order_service::saga::advance_one(&state, true).await.unwrap(), "nothing else is due");
+    assert_eq!(refund_row(&pool, order_id).await.1, 1, "retried before its backoff");
+
+    // Its backoff over, a slow provider: while the call is in flight the
+    // payment row is not locked, and the refund is leased.
+    set_knobs(&provider_url, serde_json::json!({ "latency_ms": 1_500 })).await;
+    sqlx::query("UPDATE payments SET next_refund_at = now() WHERE order_id = $1")
+        .bind(order_id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let refund = tokio::spawn({
+        let state = state.clone();
+        async move { order_service::saga::advance_one(&state, true).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut tx = pool.begin().await.unwrap();
+    let locked = sqlx::query("SELECT 1 FROM payments WHERE order_id = $1 FOR UPDATE NOWAIT")
+        .bind(order_id)
+        .execute(&mut *tx)
+        .await;
+    assert!(locked.is_ok(), "the payment row is locked across the call: {locked:?}");
+    tx.rollback().await.unwrap();
+    assert_eq!(refund_row(&pool, order_id).await, ("refunding".into(), 2, true));
+    assert!(refund.await.unwrap().unwrap());
+    assert_eq!(refund_row(&pool, order_id).await.0, "refunded");
+
+    service.stop().await;
+    cancel.cancel();
+}
+
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_refund_is_not_starved_by_a_stream_of_due_orders(pool: PgPool) {
+    let cancel = CancellationToken::new();
+    // Each call takes 250 ms: one runner needs ten seconds for the orders.
+    let knobs = Knobs {
+        latency_ms: 250,
+        ..Knobs::default()
+    };
+    let (_provider, provider_url) = start_provider(knobs, &cancel).await;
+    let mut config = config(&prefix(), &provider_url);
+    config.saga_runners = 0;
+    config.payment.payment_attempt_timeout_ms = 5_000;
+    let service = OrderService::start(pool.clone(), config.clone()).await;
+    create_event(&service.http, &service.url, "ev", 100).await;
+    let (_, refund) = place(&service.http, &service.url, "ev", "refunded-fan", 1).await;
+    refunding(&pool, &provider_url, refund).await;
+    for fan in 0..40 {
+        let (status, _) = place(&service.http, &service.url, "ev", &format!("fan-{fan}"), 1).await;
+        assert_eq!(status, 202);
+    }
+    service.stop().await;
+
+    config.saga_runners = 1;
+    let service = OrderService::start(pool.clone(), config).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let unfinished_when_refunded = loop {
+        let (refunded, unfinished): (bool, i64) = sqlx::query_as(
+            "SELECT (SELECT status = 'refunded' FROM payments WHERE order_id = $1),
+                    (SELECT count(*) FROM orders WHERE status IN ('reserved', 'charged'))",
+        )
+        .bind(refund)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if refunded {
+            break unfinished;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never refunded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        unfinished_when_refunded >= 30,
+        "the refund waited for the orders: {unfinished_when_refunded} of 40 unfinished when it was done"
+    );
+    wait_settled(&pool, Duration::from_secs(60)).await;
 
     service.stop().await;
     cancel.cancel();
