@@ -22,7 +22,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use boxoffice_contract::capacity::{self, Demand, Plan};
-use boxoffice_contract::event::{now_ms, Adaptive, EventConfig, EventState, FIFO_BASE};
+use boxoffice_contract::event::{now_ms, Adaptive, EventConfig, EventState, SeatView, FIFO_BASE};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{events_key, valid_event_id, EventKeys};
 use boxoffice_contract::openapi::{self, AdminSecurity};
@@ -575,7 +575,13 @@ pub(crate) async fn view(state: &AppState, event_id: &str) -> Result<EventView, 
     let ms = |t: i64| DateTime::<Utc>::from_timestamp_millis(t).unwrap_or_default();
     Ok(EventView {
         event_id: event_id.to_owned(),
-        state: config.state(now, remaining),
+        state: config.state(
+            now,
+            SeatView {
+                remaining,
+                held: seats.map_or(0, |s| s.reserved),
+            },
+        ),
         name: config.name,
         capacity: config.capacity,
         prequeue_at: ms(config.prequeue_at_ms),

@@ -1,5 +1,7 @@
 //! Adaptive admission against a real order service on a real Postgres: the
-//! rate halves while the outbox backs up and climbs back once it drains.
+//! rate halves while the outbox backs up and climbs back once it drains; it
+//! halves too while an order waits unsettled (a payment outage) and when the
+//! order service does not answer.
 
 use admission::adaptive::{Controller, Verdict};
 use boxoffice_contract::event::{Adaptive, EventConfig};
@@ -115,8 +117,37 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
     let stored: String = redis.hget(keys.config(), "rate").await.unwrap();
     assert_eq!(stored, "7", "the next tick admits at the new rate");
 
+    // A payment outage: nothing confirms, so no latency figure, but an order
+    // waits unsettled longer than the latency bound.
+    sqlx::raw_sql(
+        "INSERT INTO events (event_id, name, price_cents) VALUES ('ev', 'Adaptive', 100);
+         INSERT INTO orders (order_id, event_id, fan_id, quantity, amount_cents, status, created_at)
+         VALUES (gen_random_uuid(), 'ev', 'fan', 1, 100, 'reserved', now() - interval '2 minutes')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rate(leader.adjust().await.unwrap()),
+        Some((5.0, Verdict::SlowOrders)),
+        "an order stuck unsettled is a slow order"
+    );
+    sqlx::query("DELETE FROM orders")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        rate(leader.adjust().await.unwrap()),
+        Some((7.0, Verdict::Healthy))
+    );
+
+    // An order service that does not answer is not a healthy one.
     cancel.cancel();
     server.await.unwrap().unwrap();
+    assert_eq!(
+        rate(leader.adjust().await.unwrap()),
+        Some((5.0, Verdict::Unreachable))
+    );
     let all: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
     let _: () = redis.del(all).await.unwrap();
 }

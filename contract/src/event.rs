@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-/// `scheduled → prequeue → open ⇄ paused → sold_out | closed`.
+/// `scheduled → prequeue → open ⇄ paused → (all_held ⇄) sold_out | closed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventState {
@@ -13,8 +13,44 @@ pub enum EventState {
     Prequeue,
     Open,
     Paused,
+    /// No seat is free, but some are only held by fans still paying: a
+    /// declined card or a lapsed hold gives them back, so the line stays.
+    AllHeld,
     SoldOut,
     Closed,
+}
+
+/// The edge's view of an event's seats (`P:{E}:stock`), as the order
+/// service publishes it: seats free, and seats held by orders still paying.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeatView {
+    /// `None` before the order service published a view.
+    pub remaining: Option<i64>,
+    pub held: i64,
+}
+
+impl SeatView {
+    /// From the stock hash's `remaining` and `held` fields.
+    pub fn new(remaining: Option<i64>, held: Option<i64>) -> Self {
+        Self {
+            remaining,
+            held: held.unwrap_or(0),
+        }
+    }
+
+    fn none_free(&self) -> bool {
+        self.remaining.is_some_and(|r| r <= 0)
+    }
+
+    /// Every seat sold: final.
+    pub fn sold_out(&self) -> bool {
+        self.none_free() && self.held <= 0
+    }
+
+    /// No seat free, some held: seats may come back.
+    pub fn all_held(&self) -> bool {
+        self.none_free() && self.held > 0
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -177,11 +213,13 @@ impl EventConfig {
     }
 
     /// The lifecycle state at `now_ms` given the edge view of remaining seats.
-    pub fn state(&self, now_ms: i64, remaining: Option<i64>) -> EventState {
+    pub fn state(&self, now_ms: i64, seats: SeatView) -> EventState {
         if self.closed {
             EventState::Closed
-        } else if remaining.is_some_and(|r| r <= 0) {
+        } else if seats.sold_out() {
             EventState::SoldOut
+        } else if seats.all_held() {
+            EventState::AllHeld
         } else if now_ms < self.prequeue_at_ms {
             EventState::Scheduled
         } else if now_ms < self.opens_at_ms {
@@ -262,13 +300,24 @@ mod tests {
     #[test]
     fn lifecycle_follows_the_clock_the_flags_and_the_stock() {
         let mut c = config();
-        assert_eq!(c.state(500, Some(10)), EventState::Scheduled);
-        assert_eq!(c.state(1_500, Some(10)), EventState::Prequeue);
-        assert_eq!(c.state(2_000, Some(10)), EventState::Open);
-        assert_eq!(c.state(2_000, Some(0)), EventState::SoldOut);
+        let left = |n| SeatView::new(Some(n), Some(0));
+        assert_eq!(c.state(500, left(10)), EventState::Scheduled);
+        assert_eq!(c.state(1_500, left(10)), EventState::Prequeue);
+        assert_eq!(c.state(2_000, left(10)), EventState::Open);
+        assert_eq!(c.state(2_000, left(0)), EventState::SoldOut);
+        assert_eq!(
+            c.state(2_000, SeatView::new(Some(0), Some(3))),
+            EventState::AllHeld,
+            "seats only held may come back"
+        );
+        assert_eq!(
+            c.state(2_000, SeatView::new(Some(0), None)),
+            EventState::SoldOut,
+            "a view without holds is final"
+        );
         c.paused = true;
-        assert_eq!(c.state(2_000, None), EventState::Paused);
+        assert_eq!(c.state(2_000, SeatView::default()), EventState::Paused);
         c.closed = true;
-        assert_eq!(c.state(2_000, Some(10)), EventState::Closed);
+        assert_eq!(c.state(2_000, left(10)), EventState::Closed);
     }
 }

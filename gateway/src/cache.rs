@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use boxoffice_contract::event::EventConfig;
+use boxoffice_contract::event::{EventConfig, SeatView};
 use boxoffice_contract::keys::EventKeys;
 use redis::aio::ConnectionManager;
 
@@ -18,18 +18,18 @@ use redis::aio::ConnectionManager;
 #[derive(Debug, Clone, PartialEq)]
 pub struct EdgeEvent {
     pub config: EventConfig,
-    /// Seats left per the stock view; `None` before the order service published one.
-    pub remaining: Option<i64>,
+    /// Seats free and held per the order service's stock view.
+    pub seats: SeatView,
 }
 
 impl EdgeEvent {
     pub fn sold_out(&self) -> bool {
-        self.remaining.is_some_and(|r| r <= 0)
+        self.seats.sold_out()
     }
 
-    /// Fans admitted per second now: 0 while paused or closed.
+    /// Fans admitted per second now: 0 while paused, closed or every seat held.
     pub fn rate(&self) -> f64 {
-        if self.config.paused || self.config.closed {
+        if self.config.paused || self.config.closed || self.seats.all_held() {
             0.0
         } else {
             self.config.admission_rate_per_s
@@ -73,13 +73,15 @@ impl EventCache {
             }
         }
         let mut redis = redis.clone();
-        let (fields, remaining): (HashMap<String, String>, Option<i64>) = redis::pipe()
-            .hgetall(keys.config())
-            .hget(keys.stock(), "remaining")
-            .query_async(&mut redis)
-            .await?;
-        let event = EventConfig::from_fields(&fields)
-            .map(|config| Arc::new(EdgeEvent { config, remaining }));
+        let (fields, (remaining, held)): (HashMap<String, String>, (Option<i64>, Option<i64>)) =
+            redis::pipe()
+                .hgetall(keys.config())
+                .hget(keys.stock(), &["remaining", "held"])
+                .query_async(&mut redis)
+                .await?;
+        let seats = SeatView::new(remaining, held);
+        let event =
+            EventConfig::from_fields(&fields).map(|config| Arc::new(EdgeEvent { config, seats }));
         if !self.ttl.is_zero() {
             let mut entries = self.entries.write().expect("cache lock");
             if entries.len() >= MAX_ENTRIES {

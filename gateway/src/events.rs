@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use boxoffice_contract::event::{now_ms, seed_commitment, EventConfig, EventState};
+use boxoffice_contract::event::{now_ms, seed_commitment, EventConfig, EventState, SeatView};
 use boxoffice_contract::extract::Path;
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
 use boxoffice_contract::openapi;
@@ -67,19 +67,19 @@ async fn get_event(
     }
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
-    let (fields, remaining, queue_length): (HashMap<String, String>, Option<i64>, u64) =
-        redis::pipe()
-            .hgetall(keys.config())
-            .hget(keys.stock(), "remaining")
-            .zcard(keys.queue())
-            .query_async(&mut redis)
-            .await
-            .map_err(redis_down)?;
+    type Answer = (HashMap<String, String>, (Option<i64>, Option<i64>), u64);
+    let (fields, (remaining, held), queue_length): Answer = redis::pipe()
+        .hgetall(keys.config())
+        .hget(keys.stock(), &["remaining", "held"])
+        .zcard(keys.queue())
+        .query_async(&mut redis)
+        .await
+        .map_err(redis_down)?;
     let config = EventConfig::from_fields(&fields).ok_or_else(unknown_event)?;
     let now = now_ms();
     Ok(axum::Json(EventInfo {
         event_id,
-        state: config.state(now, remaining),
+        state: config.state(now, SeatView::new(remaining, held)),
         shuffle_commitment: seed_commitment(&config.shuffle_seed),
         shuffle_seed: (now >= config.opens_at_ms).then(|| config.shuffle_seed.clone()),
         opens_at: DateTime::<Utc>::from_timestamp_millis(config.opens_at_ms).unwrap_or_default(),

@@ -117,6 +117,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
         (status = 401, description = "`invalid-token`", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "`wrong-event`", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`token-used`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`token-used`; `seats-held` (no seat free now, some held by fans paying may come back: retry after `Retry-After` with the same token)", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "`sold-out`", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`payload-too-large`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
@@ -183,6 +184,7 @@ async fn buy(
                 "every seat is sold",
             ))
         }
+        "all-held" => return Err(seats_held()),
         "too-many" => {
             return Err(invalid_quantity(&format!(
                 "quantity must be between 1 and {order}"
@@ -260,9 +262,23 @@ fn invalid_quantity(detail: &str) -> Problem {
 }
 
 /// Relays a 4xx problem of the order service; hides anything else.
+/// While no seat is free but some are held, how soon a fan may try again.
+const SEATS_HELD_RETRY_S: u64 = 5;
+
+fn seats_held() -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "seats-held",
+        "no seat is free now, but some are held by fans still paying and may come back; \
+         your admission is kept: buy again after Retry-After",
+    )
+    .retry_after(SEATS_HELD_RETRY_S)
+}
+
 async fn pass_on(response: reqwest::Response) -> Problem {
     let status = response.status();
     match response.json::<Problem>().await {
+        Ok(problem) if problem.slug() == "seats-held" => problem.retry_after(SEATS_HELD_RETRY_S),
         Ok(problem) if status.is_client_error() => problem,
         _ => {
             tracing::warn!(%status, "order service failed");

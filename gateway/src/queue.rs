@@ -288,7 +288,13 @@ async fn join(
 pub enum QueueStatus {
     Waiting {
         position: i64,
+        /// `null` while nobody is admitted (paused, or every seat held).
         eta_seconds: Option<u64>,
+        /// Present (`true`) while no seat is free but some are held by fans
+        /// still paying: a declined card or a lapsed hold gives them back,
+        /// so keep your place.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        all_seats_held: bool,
     },
     Admitted {
         access_token: String,
@@ -350,6 +356,7 @@ async fn status(
             let body = QueueStatus::Waiting {
                 position: rank + 1,
                 eta_seconds: eta,
+                all_seats_held: event.seats.all_held(),
             };
             Ok(([(header::RETRY_AFTER, retry.to_string())], axum::Json(body)).into_response())
         }

@@ -3,7 +3,8 @@
 -- ARGV: 1 fan id, 2 idempotency key ('' if none), 3 fresh order id, 4 ttl (s), 5 quantity
 -- Returns {outcome, order id}: fresh (buy as ARGV[3]) | replay (same idempotency
 -- key as the spend: buy as the stored order id again) | used | revoked |
--- sold-out | too-many a=limit
+-- sold-out | all-held (no seat free, some held by fans paying: may come
+-- back) | too-many a=limit
 -- Guarantees: a token is spent at most once, and only for a valid quantity
 -- while seats remain and ops have not revoked it; spending and leaving the
 -- active set (freeing the slot for the next fan) are one step.
@@ -16,7 +17,11 @@ if stored then
 end
 local limit = tonumber(redis.call('HGET', KEYS[4], 'per_fan_limit') or '0')
 if tonumber(ARGV[5]) > limit then return {'too-many', tostring(limit)} end
-if tonumber(redis.call('HGET', KEYS[3], 'remaining') or '1') <= 0 then return {'sold-out', ''} end
+local stock = redis.call('HMGET', KEYS[3], 'remaining', 'held')
+if tonumber(stock[1] or '1') <= 0 then
+  if tonumber(stock[2] or '0') > 0 then return {'all-held', ''} end
+  return {'sold-out', ''}
+end
 redis.call('SET', KEYS[1], ARGV[2] .. '|' .. ARGV[3], 'EX', ARGV[4])
 redis.call('ZREM', KEYS[2], ARGV[1])
 return {'fresh', ARGV[3]}

@@ -2,7 +2,8 @@
 //! declined card) and the publish of the new stock to Redis is lost, the
 //! order service's reconciler republishes it from PostgreSQL, so the seat is
 //! sold to the next fan within one reconcile period (1 s) plus the gateway's
-//! event cache.
+//! event cache. And while every seat is only held, fans are not told
+//! "sold out".
 
 mod common;
 
@@ -96,5 +97,143 @@ async fn a_seat_released_at_sold_out_is_sold_again_when_its_publish_was_lost(
         .await;
     assert_eq!(order["status"], "confirmed");
     assert!(healed < Duration::from_secs(3), "{healed:?}");
+    stack.stop().await;
+}
+
+/// While no seat is free but some are only held by fans still paying (here
+/// the payment provider fails every call, so a hold neither confirms nor
+/// lapses), fans are not told "sold out": the event reads `all_held`, the
+/// line stays open, a waiting fan is told seats are held, and an admitted
+/// fan's purchase answers 409 `seats-held` with Retry-After, keeping the
+/// admission. When the hold is given back, that fan buys the seat with the
+/// same token; then the sale is sold out, final.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn while_every_seat_is_only_held_fans_keep_their_place(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start(options, connect).await;
+    stack.create_event("held", 1, 50.0, 1).await;
+    let knobs = |knobs: serde_json::Value| {
+        stack
+            .http
+            .put(format!("{}/v1/knobs", stack.payment_provider))
+            .json(&knobs)
+            .send()
+    };
+    assert!(knobs(json!({ "error_rate": 1.0 }))
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    let event_state = || async {
+        let response = stack
+            .http
+            .get(format!("{}/v1/events/held", stack.gateway))
+            .send()
+            .await
+            .unwrap();
+        let body: serde_json::Value = response.json().await.unwrap();
+        body["state"].as_str().unwrap().to_owned()
+    };
+
+    // Fans A and C are admitted; A holds the only seat, its payment failing.
+    let mut access = Vec::new();
+    for fan in ["fan-a", "fan-c"] {
+        let (_, joined) = stack.join("held", fan).await;
+        access.push(
+            stack
+                .wait_admitted("held", joined["queue_ticket"].as_str().unwrap())
+                .await,
+        );
+    }
+    let (status, held_by_a) = stack.buy("held", &access[0], 1, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{held_by_a}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while event_state().await != "all_held" {
+        assert!(
+            Instant::now() < deadline,
+            "never all_held: {}",
+            event_state().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Fan B can still line up, and is told why the line does not move.
+    let (status, joined) = stack.join("held", "fan-b").await;
+    assert!(status.is_success(), "{status} {joined}");
+    let waiting: serde_json::Value = stack
+        .http
+        .get(format!("{}/v1/events/held/queue/status", stack.gateway))
+        .bearer_auth(joined["queue_ticket"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(waiting["state"], "waiting", "{waiting}");
+    assert_eq!(waiting["all_seats_held"], true, "{waiting}");
+    assert_eq!(waiting["eta_seconds"], serde_json::Value::Null, "{waiting}");
+
+    // Fan C may come back for a seat.
+    let held = stack
+        .http
+        .post(format!("{}/v1/events/held/orders", stack.gateway))
+        .bearer_auth(&access[1])
+        .json(&json!({ "quantity": 1 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), StatusCode::CONFLICT);
+    assert_eq!(held.headers()["retry-after"], "5");
+    let problem: serde_json::Value = held.json().await.unwrap();
+    assert_eq!(
+        problem["type"].as_str().unwrap().rsplit('/').next(),
+        Some("seats-held")
+    );
+
+    // A's card is declined at the next attempt: the seat comes back and C,
+    // retrying with the same token, buys it.
+    assert!(knobs(json!({ "decline_rate": 1.0 }))
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (order_a, token_a) = (
+        held_by_a["order_id"].as_str().unwrap(),
+        held_by_a["order_token"].as_str().unwrap(),
+    );
+    while stack.order(order_a, token_a).await.1["status"] != "failed" {
+        assert!(Instant::now() < deadline, "A's hold was never given back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(knobs(json!({})).await.unwrap().status().is_success());
+    let bought = loop {
+        let (status, body) = stack.buy("held", &access[1], 1, None).await;
+        if status == StatusCode::ACCEPTED {
+            break body;
+        }
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert!(Instant::now() < deadline, "the held seat never came back");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let order = stack
+        .wait_ticketed(
+            bought["order_id"].as_str().unwrap(),
+            bought["order_token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(order["status"], "confirmed");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while event_state().await != "sold_out" {
+        assert!(
+            Instant::now() < deadline,
+            "never sold_out: {}",
+            event_state().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     stack.stop().await;
 }

@@ -3,7 +3,8 @@
 //!
 //! Expected: any 2xx to a well-behaved fan; 410 `sold-out`/`closed` (and
 //! `expired` on a status poll); 429 and 503 that carry `Retry-After` (the fan
-//! honours it); 409 `not-open` with `Retry-After` and 428 on a join; the 4xx
+//! honours it); 409 `not-open` with `Retry-After` and 428 on a join; 409
+//! `seats-held` with `Retry-After` on a purchase; the 4xx
 //! a misbehaving fan has earned. Errors: any other 5xx, a 429/503 without
 //! `Retry-After`, a 4xx a well-behaved fan should never get, a 2xx to an
 //! attack, a timeout or a broken connection.
@@ -138,7 +139,10 @@ pub fn classify(step: Step, attack: Option<Attack>, answer: Answer<'_>) -> Class
                 || (status == 409 && slug == "not-open" && answer.retry_after)
         }
         Step::Status => status == 410,
-        Step::Buy => status == 410 && matches!(slug, "sold-out" | "closed"),
+        Step::Buy => {
+            (status == 410 && matches!(slug, "sold-out" | "closed"))
+                || (status == 409 && slug == "seats-held" && answer.retry_after)
+        }
         Step::Challenge | Step::Order | Step::Tickets | Step::Attack => false,
     };
     if expected {
@@ -215,6 +219,12 @@ mod tests {
     fn a_well_behaved_fan_never_gets_these() {
         assert!(classify(Step::Status, None, answer(401, "invalid-ticket", false)).is_error());
         assert!(classify(Step::Buy, None, answer(409, "token-used", false)).is_error());
+        assert_eq!(
+            classify(Step::Buy, None, answer(409, "seats-held", true)),
+            Class::Expected,
+            "every seat held by fans paying: come back"
+        );
+        assert!(classify(Step::Buy, None, answer(409, "seats-held", false)).is_error());
         assert!(classify(Step::Buy, None, answer(422, "invalid-quantity", false)).is_error());
         assert!(classify(
             Step::Tickets,

@@ -584,7 +584,8 @@ async fn fan(
         }
     }
 
-    // Buy, retrying a 503 or 429 with the same Idempotency-Key.
+    // Buy, retrying a 503 or 429 (and a 409 `seats-held`: every seat held by
+    // fans still paying) with the same Idempotency-Key.
     let key = format!("{fan_id}-buy");
     due = Instant::now();
     let bought_at = due;
@@ -613,6 +614,12 @@ async fn fan(
             // The order service's "only n seats left" is a 410 too: only the
             // edge's own answers end the sale's arrivals.
             Some(410) => return Ok("admitted, sold out before buying"),
+            Some(409) if reply.slug.as_deref() == Some("seats-held") => {
+                if tries >= 10 {
+                    return Ok("admitted, every seat stayed held");
+                }
+                due = honour(&reply).await;
+            }
             Some(429 | 503) if reply.retry_after.is_some() && tries < 10 => {
                 due = honour(&reply).await
             }

@@ -265,8 +265,20 @@ async fn place_order(
         }
         Placed::SoldOut(stock) => {
             state.stock.publish(&req.event_id, stock).await;
-            let detail = match stock.remaining() {
-                0 => "every seat is sold or held".to_owned(),
+            let free = stock.remaining();
+            if free + stock.reserved >= req.quantity {
+                // Held seats come back when a card is declined or a hold lapses.
+                return Err(Problem::new(
+                    StatusCode::CONFLICT,
+                    "seats-held",
+                    format!(
+                        "{free} seats are free now and {} held by fans still paying; some may come back",
+                        stock.reserved
+                    ),
+                ));
+            }
+            let detail = match free {
+                0 => "every seat is sold".to_owned(),
                 n => format!("only {n} seats remain"),
             };
             Err(Problem::new(StatusCode::GONE, "sold-out", detail))
@@ -313,7 +325,8 @@ struct HealthQuery {
 }
 
 /// Order latency, outbox backlog, consumer lag and DLQ depth (`null` when
-/// the broker does not answer in time), order outcomes (of `?event_id=`).
+/// the broker does not answer in time), order outcomes (of `?event_id=`),
+/// the oldest unsettled order, recent failures and whether payments flow.
 async fn pipeline_health(
     State(state): State<AppState>,
     Query(query): Query<HealthQuery>,
@@ -329,6 +342,7 @@ async fn pipeline_health(
     report.dlq_messages = dlq
         .inspect_err(|error| tracing::warn!(%error, "cannot read the DLQ depth"))
         .ok();
+    report.payments_available = state.payments.circuit_closed();
     Ok(axum::Json(report))
 }
 

@@ -27,6 +27,24 @@ pub struct Health {
     /// Orders by status (of one event when asked with `?event_id=`).
     #[serde(default)]
     pub orders: BTreeMap<String, i64>,
+    /// Age of the oldest order not yet confirmed or failed: during a payment
+    /// outage nothing confirms, so the latency above says nothing while this grows.
+    #[serde(default)]
+    pub oldest_unsettled_age_s: f64,
+    /// Orders failed over the last minute for a reason of ours (a lapsed
+    /// hold, a cancelled payment), declined cards not counted.
+    #[serde(default)]
+    pub orders_failed_1m: i64,
+    /// Orders confirmed over the last minute.
+    #[serde(default)]
+    pub orders_confirmed_1m: i64,
+    /// Whether the payment client's circuit breaker lets calls through.
+    #[serde(default = "yes")]
+    pub payments_available: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 pub async fn database(pool: &PgPool, event_id: Option<&str>) -> sqlx::Result<Health> {
@@ -39,6 +57,15 @@ pub async fn database(pool: &PgPool, event_id: Option<&str>) -> sqlx::Result<Hea
     let p95: Option<f64> = sqlx::query_scalar(
         "SELECT (percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM updated_at - created_at)) * 1000)::float8
          FROM orders WHERE status = 'confirmed' AND updated_at > now() - interval '60 seconds'",
+    )
+    .fetch_one(pool)
+    .await?;
+    let (unsettled, failed, confirmed): (Option<f64>, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM orders
+                 WHERE status IN ('pending', 'reserved', 'charged')),
+                count(*) FILTER (WHERE status = 'failed' AND failure_reason IS DISTINCT FROM 'payment-declined'),
+                count(*) FILTER (WHERE status = 'confirmed')
+         FROM orders WHERE status IN ('failed', 'confirmed') AND updated_at > now() - interval '60 seconds'",
     )
     .fetch_one(pool)
     .await?;
@@ -55,6 +82,10 @@ pub async fn database(pool: &PgPool, event_id: Option<&str>) -> sqlx::Result<Hea
         consumer_lag: None,
         dlq_messages: None,
         orders: orders.into_iter().collect(),
+        oldest_unsettled_age_s: unsettled.unwrap_or(0.0),
+        orders_failed_1m: failed,
+        orders_confirmed_1m: confirmed,
+        payments_available: true,
     })
 }
 

@@ -236,7 +236,8 @@ async fn sell_and_confirm(
     if !store::lock_charged(&mut tx, order.order_id).await? {
         return Ok(());
     }
-    let first_seat = store::sell_held_seats(&mut tx, &order.event_id, order.quantity).await?;
+    let (first_seat, stock) =
+        store::sell_held_seats(&mut tx, &order.event_id, order.quantity).await?;
     let event = confirmed_event(order, first_seat);
     let payload = serde_json::to_value(&event).expect("serializing an envelope");
     store::confirm(
@@ -249,6 +250,7 @@ async fn sell_and_confirm(
     )
     .await?;
     tx.commit().await?;
+    state.stock.publish(&order.event_id, stock).await;
     count("confirmed");
     tracing::info!(order_id = %order.order_id, first_seat, "order confirmed");
     Ok(())

@@ -43,6 +43,7 @@ impl StockView {
             .key(keys.stock())
             .arg(stock.remaining())
             .arg(stock.version)
+            .arg(stock.reserved)
             .invoke_async(&mut redis)
             .await;
         if let Err(error) = result {

@@ -412,10 +412,12 @@ pub async fn refund_later(
 }
 
 pub async fn mark_refunded(pool: &PgPool, order_id: Uuid) -> Result<(), StoreError> {
-    sqlx::query("UPDATE payments SET status = 'refunded' WHERE order_id = $1 AND status = 'refunding'")
-        .bind(order_id)
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "UPDATE payments SET status = 'refunded' WHERE order_id = $1 AND status = 'refunding'",
+    )
+    .bind(order_id)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -432,21 +434,22 @@ pub async fn lock_charged(
     Ok(status.as_deref() == Some("charged"))
 }
 
-/// Moves held seats to sold and returns the first seat number of the order.
+/// Moves held seats to sold; returns the first seat number of the order and
+/// the new stock (its version bumped: the edge view's `held` changes).
 pub async fn sell_held_seats(
     tx: &mut Transaction<'_, Postgres>,
     event_id: &str,
     quantity: i32,
-) -> Result<i32, StoreError> {
-    let sold: i32 = sqlx::query_scalar(
-        "UPDATE inventory SET reserved = reserved - $2, sold = sold + $2
-         WHERE event_id = $1 RETURNING sold",
+) -> Result<(i32, Stock), StoreError> {
+    let stock: Stock = sqlx::query_as(
+        "UPDATE inventory SET reserved = reserved - $2, sold = sold + $2, version = version + 1
+         WHERE event_id = $1 RETURNING capacity, reserved, sold, version",
     )
     .bind(event_id)
     .bind(quantity)
     .fetch_one(&mut **tx)
     .await?;
-    Ok(sold - quantity + 1)
+    Ok((stock.sold - quantity + 1, stock))
 }
 
 /// Confirms the order and writes its outbox row in the same transaction; the
