@@ -21,9 +21,22 @@ ensure_redis() {
   say "starting Redis"
   command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server; }
   mkdir -p /var/lib/redis /var/log/redis
-  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+  # AOF, fsynced every second: a restart keeps the line and the admissions
+  # (at most the last second of writes is lost; see docs/reliability.md).
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" \
+    --appendonly yes --appendfsync everysec \
     --dir /var/lib/redis --logfile /var/log/redis/boxoffice.log
   wait_port 6379 10 Redis
+}
+
+# ensure_redis_aof: turns on AOF (fsync every second) on a Redis that was
+# already running without it, so a restart does not empty the waiting room.
+ensure_redis_aof() {
+  [ "$(redis-cli -h 127.0.0.1 -p 6379 config get appendonly | tail -1)" = yes ] && return
+  say "turning on Redis AOF persistence (appendfsync everysec)"
+  redis-cli -h 127.0.0.1 -p 6379 config set appendfsync everysec >/dev/null
+  redis-cli -h 127.0.0.1 -p 6379 config set appendonly yes >/dev/null \
+    || say "warning: could not turn on AOF; a Redis restart will empty the waiting room"
 }
 
 ensure_postgres() {

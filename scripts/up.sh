@@ -20,6 +20,7 @@ trap 'cleanup; exit 0' INT TERM
 trap cleanup EXIT
 
 ensure_redis
+ensure_redis_aof
 ensure_postgres
 start_kafka "$RUN/kafka"
 

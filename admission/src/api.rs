@@ -34,6 +34,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::restore;
 use crate::{dashboard, AppState};
 
 /// The admin API's OpenAPI document, before the routes add their paths.
@@ -382,6 +383,13 @@ async fn put_event(
     if let Some(seed) = seed.filter(|s| !s.is_empty()) {
         config.shuffle_seed = seed;
     }
+    // PostgreSQL keeps the settings too, so they survive the loss of Redis.
+    let fields: HashMap<String, String> = config
+        .to_fields()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    restore::persist(&state, &event_id, &fields).await?;
     let mut pipe = redis::pipe();
     pipe.atomic()
         .del(keys.config())
@@ -495,6 +503,11 @@ async fn patch_event(
             "name at least one of admission_rate_per_s, max_active, paused, state, adaptive, pow_bits",
         ));
     }
+    // The whole hash as it will be, kept in PostgreSQL first.
+    let mut whole: HashMap<String, String> =
+        redis.hgetall(keys.config()).await.map_err(redis_down)?;
+    whole.extend(fields.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+    restore::persist(&state, &event_id, &whole).await?;
     redis
         .hset_multiple::<_, _, _, ()>(keys.config(), &fields)
         .await

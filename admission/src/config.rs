@@ -65,6 +65,9 @@ pub struct Config {
     /// How often the dashboard samples every event (and the order pipeline).
     #[arg(long, env = "BOXOFFICE_SAMPLE_MS", default_value_t = 1_000)]
     pub sample_ms: u64,
+    /// How often to put back the settings of events Redis lost, from PostgreSQL.
+    #[arg(long, env = "BOXOFFICE_RESTORE_MS", default_value_t = 2_000)]
+    pub restore_ms: u64,
     /// How many samples per event the dashboard keeps (600 × 1 s = 10 minutes).
     #[arg(long, env = "BOXOFFICE_HISTORY_SAMPLES", default_value_t = 600)]
     pub history_samples: usize,

@@ -16,6 +16,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod dashboard;
+pub mod restore;
 
 use std::sync::Arc;
 
@@ -83,6 +84,11 @@ pub async fn serve(
         std::time::Duration::from_millis(state.config.sample_ms.max(50)),
         cancel.clone(),
     ));
+    let restore_task = tokio::spawn(restore::run(
+        state.clone(),
+        std::time::Duration::from_millis(state.config.restore_ms.max(100)),
+        cancel.clone(),
+    ));
     let server_cancel = cancel.clone();
     axum::serve(listener, api::router(state))
         .with_graceful_shutdown(async move {
@@ -94,5 +100,6 @@ pub async fn serve(
     loop_task.await?;
     adapt_task.await?;
     sample_task.await?;
+    restore_task.await?;
     Ok(())
 }

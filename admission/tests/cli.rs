@@ -1,5 +1,7 @@
 //! The `admission` binary's admin commands against a real admin API on port 0.
 
+mod common;
+
 use std::process::Output;
 
 use boxoffice_contract::event::EventConfig;
@@ -28,8 +30,8 @@ fn json(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-#[tokio::test]
-async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal(pool: sqlx::PgPool) {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap())
         .await
@@ -50,12 +52,14 @@ async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
         .await
         .unwrap();
 
+    let (order_service_url, order_service) =
+        common::order_service(pool, &prefix, redis.clone(), "ev").await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let admin = {
         let mut c = admission::Config::defaults("admin");
         c.redis_prefix = prefix.clone();
-        c.order_service_url = "http://127.0.0.1:9".into();
+        c.order_service_url = order_service_url;
         c
     };
     let cancel = CancellationToken::new();
@@ -110,6 +114,7 @@ async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal() {
 
     cancel.cancel();
     server.await.unwrap().unwrap();
+    order_service.cancel();
     let all: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
     let _: () = redis.del(all).await.unwrap();
 }

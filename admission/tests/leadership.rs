@@ -1,7 +1,10 @@
 //! Two admission replicas on one event, with real clocks and real loops:
 //! the rate is not doubled, and when the leader dies the standby takes over
 //! within a lease period. Also: PATCH through the admin API takes effect on
-//! the next tick.
+//! the next tick, and is kept in PostgreSQL so the settings come back if
+//! Redis loses them.
+
+mod common;
 
 use std::time::{Duration, Instant};
 
@@ -97,16 +100,19 @@ async fn two_replicas_admit_at_one_rate_and_the_standby_takes_over() {
     cleanup(redis, &prefix).await;
 }
 
-#[tokio::test]
-async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission() {
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission(pool: sqlx::PgPool) {
     let (mut redis, prefix, keys) = setup(10.0, 10_000).await;
+    let (order_service_url, order_service) =
+        common::order_service(pool, &prefix, redis.clone(), "ev").await;
     let config = {
         let mut c = admission::Config::defaults("admin");
         c.redis_prefix = prefix.clone();
-        c.order_service_url = "http://127.0.0.1:9".into();
+        c.order_service_url = order_service_url;
         c
     };
-    let app = admission::api::router(admission::AppState::new(redis.clone(), config).unwrap());
+    let state = admission::AppState::new(redis.clone(), config).unwrap();
+    let app = admission::api::router(state.clone());
     let patch = |body: &'static str| {
         Request::patch("/admin/v1/events/ev")
             .header("authorization", "Bearer admin")
@@ -156,5 +162,34 @@ async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission() {
     assert_eq!(response.status(), StatusCode::OK);
     admitter.tick_event("ev", t0 + 1_000).await.unwrap();
     assert_eq!(admitted(&mut redis, &keys).await, 21, "resumed");
+
+    // PostgreSQL kept every write: when Redis loses the settings, they come
+    // back as last written, seed included, and admission goes on.
+    let _: () = redis.del(keys.config()).await.unwrap();
+    let _: () = redis.srem(events_key(&prefix), "ev").await.unwrap();
+    assert_eq!(admission::restore::restore_once(&state).await.unwrap(), 1);
+    let (rate, seed, paused): (String, String, String) = redis::pipe()
+        .hget(keys.config(), "rate")
+        .hget(keys.config(), "seed")
+        .hget(keys.config(), "paused")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        (rate.as_str(), seed.as_str(), paused.as_str()),
+        ("100", "seed", "0")
+    );
+    assert!(redis
+        .sismember::<_, _, bool>(events_key(&prefix), "ev")
+        .await
+        .unwrap());
+    assert_eq!(
+        admission::restore::restore_once(&state).await.unwrap(),
+        0,
+        "settings Redis has are never overwritten"
+    );
+    admitter.tick_event("ev", t0 + 1_100).await.unwrap();
+    assert_eq!(admitted(&mut redis, &keys).await, 31, "admitting again");
+    order_service.cancel();
     cleanup(redis, &prefix).await;
 }

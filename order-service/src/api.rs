@@ -5,11 +5,15 @@
 //! | --- | --- |
 //! | `PUT /internal/events/{id}` | create or update an event and its inventory |
 //! | `GET /internal/events/{id}` | seats: capacity, reserved, sold, remaining |
+//! | `PUT /internal/events/{id}/settings` | keep the admission service's settings of the event (a JSON object of strings) |
+//! | `GET /internal/event-settings` | every event's kept settings, `[{event_id, settings}]`, so Redis can be refilled |
 //! | `POST /internal/orders` | place an order (hold seats), idempotent on `order_id` |
 //! | `GET /internal/orders/{id}` | an order and how many tickets it has |
 //! | `GET /internal/orders/{id}/tickets.pdf` | its ticket PDF from the ticket store, 404 until issued |
 //! | `GET /internal/health` | order latency p95, outbox backlog and age, consumer lag |
 //! | `GET /metrics` | Prometheus: `boxoffice_orders_total{status}`, `boxoffice_outbox_backlog`, `boxoffice_outbox_oldest_age_seconds`, payment calls |
+
+use std::collections::HashMap;
 
 use axum::extract::{Extension, Query, State};
 use axum::http::StatusCode;
@@ -33,6 +37,8 @@ pub const MAX_QUANTITY: i32 = 100;
 pub fn router(state: AppState) -> Router {
     let routes = Router::new()
         .route("/internal/events/{event_id}", put(put_event).get(get_event))
+        .route("/internal/events/{event_id}/settings", put(put_settings))
+        .route("/internal/event-settings", get(all_settings))
         .route("/internal/orders", post(place_order))
         .route("/internal/orders/{order_id}", get(get_order))
         .route("/internal/orders/{order_id}/tickets.pdf", get(get_tickets))
@@ -125,6 +131,42 @@ async fn put_event(
     .await?;
     state.stock.publish(&event_id, stock).await;
     Ok(axum::Json(stock.into()))
+}
+
+async fn put_settings(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+    Json(settings): Json<HashMap<String, String>>,
+) -> Result<StatusCode, Problem> {
+    check_event_id(&event_id)?;
+    let settings = serde_json::to_value(settings).expect("a map of strings");
+    if store::save_settings(&state.pool, &event_id, &settings).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(Problem::not_found("unknown-event", "no such event"))
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EventSettings {
+    pub event_id: String,
+    pub settings: HashMap<String, String>,
+}
+
+async fn all_settings(
+    State(state): State<AppState>,
+) -> Result<axum::Json<Vec<EventSettings>>, Problem> {
+    let rows = store::all_settings(&state.pool).await?;
+    Ok(axum::Json(
+        rows.into_iter()
+            .filter_map(|(event_id, settings)| {
+                Some(EventSettings {
+                    event_id,
+                    settings: serde_json::from_value(settings).ok()?,
+                })
+            })
+            .collect(),
+    ))
 }
 
 async fn get_event(

@@ -41,6 +41,32 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
 }
 
+/// Keeps the admission service's settings of an event; `false` if there is no such event.
+pub async fn save_settings(
+    pool: &PgPool,
+    event_id: &str,
+    settings: &serde_json::Value,
+) -> Result<bool, StoreError> {
+    Ok(
+        sqlx::query("UPDATE events SET settings = $2, updated_at = now() WHERE event_id = $1")
+            .bind(event_id)
+            .bind(settings)
+            .execute(pool)
+            .await?
+            .rows_affected()
+            == 1,
+    )
+}
+
+/// Every event's kept settings.
+pub async fn all_settings(pool: &PgPool) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT event_id, settings FROM events WHERE settings IS NOT NULL ORDER BY event_id",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
 /// Creates an event with its inventory, or renames/re-prices/resizes it.
 /// Capacity never drops below what is already reserved or sold.
 pub async fn upsert_event(

@@ -1,0 +1,109 @@
+//! Event settings survive the loss of Redis.
+//!
+//! Redis serves each event's settings (`P:{E}:config`), but it may lose them:
+//! a restart without persistence, a failover that drops the last writes, a
+//! flush. Every admin write therefore keeps the whole settings hash in
+//! PostgreSQL too, through the order service, before it reaches Redis; and
+//! every replica puts back, at start and every few seconds, the settings of
+//! each event Redis no longer has ([`run`]). What Redis alone knew is lost:
+//! the line itself (fans join again), admissions not yet spent, and an
+//! adaptive rate newer than the last admin write.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use boxoffice_contract::keys::{events_key, EventKeys};
+use boxoffice_contract::Problem;
+use redis::Script;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+
+#[derive(Debug, Deserialize)]
+struct EventSettings {
+    event_id: String,
+    settings: HashMap<String, String>,
+}
+
+/// Keeps `fields`, the event's whole settings hash, in PostgreSQL.
+pub async fn persist(
+    state: &AppState,
+    event_id: &str,
+    fields: &HashMap<String, String>,
+) -> Result<(), Problem> {
+    let url = format!(
+        "{}/internal/events/{event_id}/settings",
+        state.config.order_service_url
+    );
+    let unavailable = || {
+        Problem::unavailable(
+            "upstream-unavailable",
+            "the order service could not keep the event's settings",
+            2,
+        )
+    };
+    let response = state
+        .http
+        .put(url)
+        .json(fields)
+        .send()
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "order service unreachable");
+            unavailable()
+        })?;
+    if response.status().is_success() {
+        Ok(())
+    } else {
+        tracing::error!(status = %response.status(), "order service refused the settings");
+        Err(unavailable())
+    }
+}
+
+/// Puts back the settings of every event Redis lost; returns how many.
+pub async fn restore_once(state: &AppState) -> anyhow::Result<usize> {
+    let url = format!("{}/internal/event-settings", state.config.order_service_url);
+    let kept: Vec<EventSettings> = state
+        .http
+        .get(url)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let script = Script::new(include_str!("restore.lua"));
+    let mut redis = state.redis.clone();
+    let mut restored = 0;
+    for event in kept.into_iter().filter(|e| !e.settings.is_empty()) {
+        let keys = EventKeys::new(&state.config.redis_prefix, &event.event_id);
+        let mut call = script.prepare_invoke();
+        call.key(keys.config())
+            .key(events_key(&state.config.redis_prefix))
+            .arg(&event.event_id);
+        for (field, value) in &event.settings {
+            call.arg(field).arg(value);
+        }
+        let put_back: i32 = call.invoke_async(&mut redis).await?;
+        if put_back == 1 {
+            tracing::warn!(event_id = %event.event_id, "event settings were missing from Redis; restored from PostgreSQL");
+            restored += 1;
+        }
+    }
+    Ok(restored)
+}
+
+/// Restores lost settings every `every` until cancelled, the first time at once.
+pub async fn run(state: AppState, every: Duration, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(error) = restore_once(&state).await {
+            tracing::debug!(%error, "could not check the events' settings");
+        }
+    }
+}
