@@ -73,6 +73,9 @@ pub struct Run {
     pub latencies: Mutex<BTreeMap<Step, Latencies>>,
     /// Answers by request and status ("none" for no answer).
     pub statuses: Mutex<BTreeMap<(Step, String), u64>>,
+    /// Answers by the wall-clock second (Unix) they came in, and status, so
+    /// what fans saw can be set against when a fault was injected.
+    pub by_second: Mutex<BTreeMap<i64, BTreeMap<String, u64>>>,
     /// Errors by reason.
     pub errors: Mutex<BTreeMap<String, u64>>,
     pub answers: AtomicU64,
@@ -98,6 +101,7 @@ impl Run {
             in_flight: AtomicI64::new(0),
             latencies: Mutex::default(),
             statuses: Mutex::default(),
+            by_second: Mutex::default(),
             errors: Mutex::default(),
             answers: AtomicU64::new(0),
             error_count: AtomicU64::new(0),
@@ -157,6 +161,14 @@ impl Run {
                 .saturating_record(micros(done.saturating_duration_since(due.min(sent))));
         }
         let status = status.map_or_else(|| "none".to_owned(), |s| s.to_string());
+        *self
+            .by_second
+            .lock()
+            .expect("not poisoned")
+            .entry(chrono::Utc::now().timestamp())
+            .or_default()
+            .entry(status.clone())
+            .or_default() += 1;
         *self
             .statuses
             .lock()

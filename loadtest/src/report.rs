@@ -37,6 +37,8 @@ pub struct Report {
     pub latencies: Vec<LatencySummary>,
     /// Answers by request and status.
     pub statuses: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Answers by the Unix second they came in, and status ("none": no answer).
+    pub answers_by_second: BTreeMap<i64, BTreeMap<String, u64>>,
     pub errors: BTreeMap<String, u64>,
     /// How fans' journeys ended.
     pub journeys: BTreeMap<String, u64>,
@@ -99,6 +101,7 @@ pub fn build(i: Inputs<'_>) -> Report {
         },
         latencies,
         statuses,
+        answers_by_second: i.run.by_second.lock().expect("not poisoned").clone(),
         errors: i.run.errors.lock().expect("not poisoned").clone(),
         journeys: i
             .run

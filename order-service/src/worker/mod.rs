@@ -127,12 +127,19 @@ pub async fn handle(
             data.quantity, data.first_seat
         )));
     }
+    #[cfg(not(feature = "selfcheck-wrong-dedup-key"))]
+    let dedup_key = envelope.id;
+    #[cfg(feature = "selfcheck-wrong-dedup-key")]
+    let dedup_key = {
+        use sha2::Digest;
+        Uuid::from_slice(&sha2::Sha256::digest(data.event_id.as_bytes())[..16]).expect("16 bytes")
+    };
     let mut tx = pool.begin().await?;
     let fresh = sqlx::query(
         "INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
     )
     .bind(consumer_name)
-    .bind(envelope.id)
+    .bind(dedup_key)
     .execute(&mut *tx)
     .await?
     .rows_affected()
