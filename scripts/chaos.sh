@@ -48,11 +48,13 @@ fi
 
 # Load per scenario: fans per second, for how long, seats, admission rate.
 if [ "$MODE" = full ]; then
-  RATE=10 DURATION=60 CAPACITY=400 ADMIT=15 FAULT_AT=15 OUTAGE=20 FLAKY=60
+  RATE=10 DURATION=60 CAPACITY=1000 ADMIT=15 FAULT_AT=15 OUTAGE=20 FLAKY=60
 else
-  RATE=6 DURATION=30 CAPACITY=120 ADMIT=10 FAULT_AT=10 OUTAGE=10 FLAKY=15
+  RATE=6 DURATION=30 CAPACITY=300 ADMIT=10 FAULT_AT=8 OUTAGE=10 FLAKY=15
 fi
 SETTLE=120s
+# The broken build never settles: do not wait long for it.
+[ "$MODE" = self-check ] && SETTLE=20s
 GRACE=5 # seconds after recovery in which a fan's retry may still meet the fault
 
 RUN=.run/chaos
@@ -219,6 +221,13 @@ for scenario in "${SCENARIOS[@]}"; do
   report=$RUN/reports/$scenario
   "$BIN/loadtest" "${LOADTEST_ARGS[@]}" --report-dir "$report" >"$RUN/logs/loadtest-$scenario.log" 2>&1 &
   load=$!
+  # The fault comes FAULT_AT seconds into the sale: once the run's event exists.
+  for ((i = 0; i < 600; i++)); do
+    event=$(sed -n 's/.*, event \([^ ]*\) .*/\1/p' "$RUN/logs/loadtest-$scenario.log" | head -n1)
+    [ -n "$event" ] && curl -fsS -o /dev/null -H "Authorization: Bearer $BOXOFFICE_ADMIN_TOKEN" \
+      "http://127.0.0.1:$ADM/admin/v1/events/$event" 2>/dev/null && break
+    sleep 0.1
+  done
   sleep "$FAULT_AT"
   fault "$scenario"
   recovered=

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole BoxOffice test suite against real Redis, PostgreSQL and a
-# Kafka-protocol broker, starting whichever of them is not running.
+# Kafka-protocol broker, starting whichever of them is not running; then, when
+# run without arguments, the short chaos suite and its self-check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -17,3 +18,9 @@ export DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 say "running the tests"
 cargo test --workspace --locked "$@"
+if [ $# -eq 0 ]; then
+  say "running the short chaos suite"
+  scripts/chaos.sh --quick
+  say "checking that the chaos suite can fail"
+  scripts/chaos.sh --self-check
+fi

@@ -9,10 +9,9 @@ async fn main() -> anyhow::Result<()> {
     boxoffice_contract::telemetry::init(cli.log_json);
     let printed = match cli.command {
         Command::Serve(config) => {
-            let client = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
-            let redis = redis::aio::ConnectionManager::new(client)
+            let redis = boxoffice_contract::redis_link::connect(&config.redis_url)
                 .await
-                .context("connecting to Redis")?;
+                .context("connecting to Redis (REDIS_URL)")?;
             let listener = tokio::net::TcpListener::bind(&config.listen)
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;

@@ -21,6 +21,7 @@ pub mod extract;
 pub mod keys;
 pub mod openapi;
 pub mod problem;
+pub mod redis_link;
 pub mod schema;
 pub mod shutdown;
 pub mod telemetry;

@@ -11,10 +11,9 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(config) => {
             let pool = connect_db(&config.database_url, config.db_connections).await?;
-            let redis = redis::Client::open(config.redis_url.as_str()).context("REDIS_URL")?;
-            let redis = redis::aio::ConnectionManager::new(redis)
+            let redis = boxoffice_contract::redis_link::connect(&config.redis_url)
                 .await
-                .context("connecting to Redis")?;
+                .context("connecting to Redis (REDIS_URL)")?;
             let listener = tokio::net::TcpListener::bind(&config.listen)
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;
