@@ -1,8 +1,12 @@
 -- Puts an event's settings back into Redis if Redis lost them.
--- KEYS: 1 config, 2 events set ; ARGV: 1 event id, 2.. field, value pairs
--- Returns 1 if restored, 0 if the settings were there (never overwritten:
--- what Redis holds is newer, e.g. an adaptive rate).
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-redis.call('SADD', KEYS[2], ARGV[1])
+-- KEYS: 1 config ; ARGV: field, value pairs (one hash slot: the caller adds
+-- the event to the events set itself)
+-- Returns 1 if restored, 0 if the settings were there. A whole hash always
+-- has its seed (PUT writes it in one step); without one, fields are filled in
+-- but never overwritten: a field Redis has (say a rate the adaptive
+-- controller wrote after the loss) is newer than PostgreSQL's copy.
+if redis.call('HEXISTS', KEYS[1], 'seed') == 1 then return 0 end
+for i = 1, #ARGV, 2 do
+  redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1])
+end
 return 1

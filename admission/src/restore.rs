@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use boxoffice_contract::keys::{events_key, EventKeys};
 use boxoffice_contract::Problem;
-use redis::Script;
+use redis::{AsyncCommands, Script};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -78,13 +78,16 @@ pub async fn restore_once(state: &AppState) -> anyhow::Result<usize> {
     for event in kept.into_iter().filter(|e| !e.settings.is_empty()) {
         let keys = EventKeys::new(&state.config.redis_prefix, &event.event_id);
         let mut call = script.prepare_invoke();
-        call.key(keys.config())
-            .key(events_key(&state.config.redis_prefix))
-            .arg(&event.event_id);
+        call.key(keys.config());
         for (field, value) in &event.settings {
             call.arg(field).arg(value);
         }
         let put_back: i32 = call.invoke_async(&mut redis).await?;
+        // Apart from the script (another hash slot), and every time: a set
+        // member lost alone comes back too.
+        let _: () = redis
+            .sadd(events_key(&state.config.redis_prefix), &event.event_id)
+            .await?;
         if put_back == 1 {
             tracing::warn!(event_id = %event.event_id, "event settings were missing from Redis; restored from PostgreSQL");
             restored += 1;

@@ -164,9 +164,12 @@ async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission(pool:
     assert_eq!(admitted(&mut redis, &keys).await, 21, "resumed");
 
     // PostgreSQL kept every write: when Redis loses the settings, they come
-    // back as last written, seed included, and admission goes on.
+    // back as last written, seed included, and admission goes on (at 77/s).
+    // A rate written after the loss (as the adaptive controller would) is
+    // newer than PostgreSQL's copy and is kept.
     let _: () = redis.del(keys.config()).await.unwrap();
     let _: () = redis.srem(events_key(&prefix), "ev").await.unwrap();
+    let _: () = redis.hset(keys.config(), "rate", "77").await.unwrap();
     assert_eq!(admission::restore::restore_once(&state).await.unwrap(), 1);
     let (rate, seed, paused): (String, String, String) = redis::pipe()
         .hget(keys.config(), "rate")
@@ -177,7 +180,7 @@ async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission(pool:
         .unwrap();
     assert_eq!(
         (rate.as_str(), seed.as_str(), paused.as_str()),
-        ("100", "seed", "0")
+        ("77", "seed", "0")
     );
     assert!(redis
         .sismember::<_, _, bool>(events_key(&prefix), "ev")
@@ -189,7 +192,7 @@ async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission(pool:
         "settings Redis has are never overwritten"
     );
     admitter.tick_event("ev", t0 + 1_100).await.unwrap();
-    assert_eq!(admitted(&mut redis, &keys).await, 31, "admitting again");
+    assert!(admitted(&mut redis, &keys).await > 21, "admitting again");
     order_service.cancel();
     cleanup(redis, &prefix).await;
 }

@@ -116,7 +116,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
         (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`invalid-token`", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "`wrong-event`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`token-used`", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`token-used`; `seats-held` (no seat free now, some held by fans paying may come back: retry after `Retry-After` with the same token)", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "`sold-out`", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`payload-too-large`", body = Problem, content_type = "application/problem+json"),
@@ -261,7 +260,6 @@ fn invalid_quantity(detail: &str) -> Problem {
     Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-quantity", detail)
 }
 
-/// Relays a 4xx problem of the order service; hides anything else.
 /// While no seat is free but some are held, how soon a fan may try again.
 const SEATS_HELD_RETRY_S: u64 = 5;
 
@@ -275,6 +273,8 @@ fn seats_held() -> Problem {
     .retry_after(SEATS_HELD_RETRY_S)
 }
 
+/// Relays a 4xx problem of the order service (with `Retry-After` on
+/// `seats-held`); hides anything else.
 async fn pass_on(response: reqwest::Response) -> Problem {
     let status = response.status();
     match response.json::<Problem>().await {

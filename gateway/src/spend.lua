@@ -10,13 +10,14 @@
 -- active set (freeing the slot for the next fan) are one step.
 local stored = redis.call('GET', KEYS[1])
 if stored == '!revoked' then return {'revoked', ''} end
+-- The limit holds for a replay too: a retry may not ask for more.
+local limit = tonumber(redis.call('HGET', KEYS[4], 'per_fan_limit') or '0')
+if tonumber(ARGV[5]) > limit then return {'too-many', tostring(limit)} end
 if stored then
   local key, order = string.match(stored, '^(.*)|([^|]*)$')
   if ARGV[2] ~= '' and key == ARGV[2] then return {'replay', order} end
   return {'used', ''}
 end
-local limit = tonumber(redis.call('HGET', KEYS[4], 'per_fan_limit') or '0')
-if tonumber(ARGV[5]) > limit then return {'too-many', tostring(limit)} end
 local stock = redis.call('HMGET', KEYS[3], 'remaining', 'held')
 if tonumber(stock[1] or '1') <= 0 then
   if tonumber(stock[2] or '0') > 0 then return {'all-held', ''} end

@@ -124,6 +124,10 @@ async fn a_purchase_whose_answer_was_lost_is_retried_by_the_same_admission(
         detail.contains("your admission is kept"),
         "says what to do: {detail}"
     );
+    // A retry of the spent token may not ask for more than the per-fan limit
+    // (refused at the edge, before the order service is asked).
+    let (status, bigger) = stack.buy("lost", &access, 5, None).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bigger}");
     lock.rollback().await.unwrap();
     // Whatever became of the blocked call, let it finish.
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -148,6 +148,25 @@ impl Offsets {
         list
     }
 
+    /// A commit of `list` failed: its partitions are committable again from
+    /// the offsets they had, so the next commit retries them.
+    fn commit_failed(&mut self, list: &TopicPartitionList) {
+        for element in list.elements() {
+            if let Some(p) = self
+                .partitions
+                .get_mut(&(element.topic().to_owned(), element.partition()))
+            {
+                p.committed = p.committed.min(element.offset().to_raw().unwrap_or(0) - 1);
+            }
+        }
+    }
+
+    fn is_pending(&self, tp: &TopicPartition, offset: i64) -> bool {
+        self.partitions
+            .get(tp)
+            .is_some_and(|p| p.pending.contains_key(&offset))
+    }
+
     fn oldest_pending(&self) -> Option<Instant> {
         self.partitions
             .values()
@@ -490,7 +509,8 @@ pub async fn run(
                 if let Some(queue) = busy.get_mut(&key) {
                     while let Some(message) = queue.pop_front() {
                         buffered -= 1;
-                        if !revoked.contains(&(message.topic().to_owned(), message.partition())) {
+                        let offsets = shared.offsets.lock().expect("offsets lock");
+                        if !stale(&message, &revoked, &offsets) {
                             next = Some(message);
                             break;
                         }
@@ -501,11 +521,8 @@ pub async fn run(
                     None => { busy.remove(&key); }
                 }
                 if !revoked.is_empty() {
-                    for queue in busy.values_mut() {
-                        let before = queue.len();
-                        queue.retain(|m| !revoked.contains(&(m.topic().to_owned(), m.partition())));
-                        buffered -= before - queue.len();
-                    }
+                    let offsets = shared.offsets.lock().expect("offsets lock");
+                    buffered -= purge_revoked(&mut busy, &revoked, &offsets);
                 }
             }
             received = consumer.recv(), if can_fetch => match received {
@@ -575,19 +592,50 @@ fn commit(consumer: &StreamConsumer<PoolContext>, shared: &Shared, mode: CommitM
     if list.count() == 0 {
         return;
     }
-    if let Err(error) = consumer.commit(&list, mode) {
+    // rust-rdkafka 0.39 never reports the outcome of a manual asynchronous
+    // commit (`commit_callback` is not called for it: rust-rdkafka issue
+    // 856), so a failed one would never be retried. Where the runtime allows
+    // blocking, commit synchronously and book a failure for the next tick.
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    let result = if multi_thread {
+        tokio::task::block_in_place(|| consumer.commit(&list, CommitMode::Sync))
+    } else {
+        consumer.commit(&list, mode)
+    };
+    if let Err(error) = result {
         tracing::warn!(%error, "offset commit failed; will retry");
-        // Let the next tick try again from the same watermarks.
-        let mut offsets = shared.offsets.lock().expect("offsets lock");
-        for element in list.elements() {
-            if let Some(p) = offsets
-                .partitions
-                .get_mut(&(element.topic().to_owned(), element.partition()))
-            {
-                p.committed = p.committed.min(element.offset().to_raw().unwrap_or(0) - 1);
-            }
-        }
+        shared
+            .offsets
+            .lock()
+            .expect("offsets lock")
+            .commit_failed(&list);
     }
+}
+
+/// Whether `message` was fetched before its partition was revoked: another
+/// member owns it now (or this one again, fetching it anew). A message
+/// fetched after the partition came back is pending in `offsets` and is not
+/// stale, or its offset would hold the partition's commits back for good.
+fn stale(message: &OwnedMessage, revoked: &HashSet<TopicPartition>, offsets: &Offsets) -> bool {
+    let tp = (message.topic().to_owned(), message.partition());
+    revoked.contains(&tp) && !offsets.is_pending(&tp, message.offset())
+}
+
+/// Drops the queued messages of revoked partitions that are [`stale`];
+/// returns how many.
+fn purge_revoked(
+    busy: &mut HashMap<Vec<u8>, VecDeque<OwnedMessage>>,
+    revoked: &HashSet<TopicPartition>,
+    offsets: &Offsets,
+) -> usize {
+    let mut purged = 0;
+    for queue in busy.values_mut() {
+        let before = queue.len();
+        queue.retain(|m| !stale(m, revoked, offsets));
+        purged += before - queue.len();
+    }
+    purged
 }
 
 /// Exports `boxoffice_consumer_lag{topic,partition}` (high watermark −
@@ -659,6 +707,62 @@ mod tests {
             Offset::Offset(15)
         );
         assert_eq!(offsets.take_committable(None).count(), 0, "nothing new");
+    }
+
+    fn message(partition: i32, offset: i64) -> OwnedMessage {
+        OwnedMessage::new(
+            None,
+            Some(b"k".to_vec()),
+            "t".into(),
+            rdkafka::Timestamp::NotAvailable,
+            partition,
+            offset,
+            None,
+        )
+    }
+
+    #[test]
+    fn a_partition_handed_back_keeps_what_was_fetched_after_its_return() {
+        let mut offsets = Offsets::default();
+        // Fetched 3, then the partition was revoked (its offsets dropped)
+        // and handed back; 5 was fetched after the return.
+        offsets.received(tp(), 3);
+        offsets.partitions.remove(&tp());
+        offsets.received(tp(), 5);
+        let revoked = HashSet::from([tp()]);
+        let mut busy = HashMap::from([(
+            b"k".to_vec(),
+            VecDeque::from([message(0, 3), message(0, 5)]),
+        )]);
+        assert_eq!(purge_revoked(&mut busy, &revoked, &offsets), 1);
+        let kept: Vec<i64> = busy[&b"k".to_vec()].iter().map(|m| m.offset()).collect();
+        assert_eq!(kept, vec![5], "the message fetched after the return stays");
+        // Processing it lets the watermark move past it.
+        offsets.done(&tp(), 5);
+        let list = offsets.take_committable(None);
+        assert_eq!(
+            list.find_partition("t", 0).unwrap().offset(),
+            Offset::Offset(6)
+        );
+    }
+
+    #[test]
+    fn a_failed_commit_is_committed_again_at_the_next_tick() {
+        let mut offsets = Offsets::default();
+        offsets.received(tp(), 10);
+        offsets.done(&tp(), 10);
+        let list = offsets.take_committable(None);
+        assert_eq!(
+            list.find_partition("t", 0).unwrap().offset(),
+            Offset::Offset(11)
+        );
+        assert_eq!(offsets.take_committable(None).count(), 0, "taken once");
+        offsets.commit_failed(&list);
+        let again = offsets.take_committable(None);
+        assert_eq!(
+            again.find_partition("t", 0).unwrap().offset(),
+            Offset::Offset(11)
+        );
     }
 
     #[test]
