@@ -136,6 +136,17 @@ async fn while_every_seat_is_only_held_fans_keep_their_place(
         let body: serde_json::Value = response.json().await.unwrap();
         body["state"].as_str().unwrap().to_owned()
     };
+    let state_becomes = |wanted: &'static str| async move {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let state = event_state().await;
+            if state == wanted {
+                return;
+            }
+            assert!(Instant::now() < deadline, "never {wanted}: {state}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
 
     // Fans A and C are admitted; A holds the only seat, its payment failing.
     let mut access = Vec::new();
@@ -149,15 +160,7 @@ async fn while_every_seat_is_only_held_fans_keep_their_place(
     }
     let (status, held_by_a) = stack.buy("held", &access[0], 1, None).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{held_by_a}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while event_state().await != "all_held" {
-        assert!(
-            Instant::now() < deadline,
-            "never all_held: {}",
-            event_state().await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    state_becomes("all_held").await;
 
     // Fan B can still line up, and is told why the line does not move.
     let (status, joined) = stack.join("held", "fan-b").await;
@@ -226,14 +229,6 @@ async fn while_every_seat_is_only_held_fans_keep_their_place(
         )
         .await;
     assert_eq!(order["status"], "confirmed");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while event_state().await != "sold_out" {
-        assert!(
-            Instant::now() < deadline,
-            "never sold_out: {}",
-            event_state().await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    state_becomes("sold_out").await;
     stack.stop().await;
 }
