@@ -4,10 +4,11 @@
 //! a restart without persistence, a failover that drops the last writes, a
 //! flush. Every admin write therefore keeps the whole settings hash in
 //! PostgreSQL too, through the order service, before it reaches Redis; and
-//! every replica puts back, at start and every few seconds, the settings of
-//! each event Redis no longer has ([`run`]). What Redis alone knew is lost:
-//! the line itself (fans join again), admissions not yet spent, and an
-//! adaptive rate newer than the last admin write.
+//! every replica puts back, at start and every few seconds ([`run`]), the
+//! settings of each event whose hash in Redis has no seed, filling in what is
+//! missing and keeping what Redis has. What Redis alone knew is lost: the
+//! line itself (fans join again), admissions not yet spent, and an adaptive
+//! rate written after the last admin write and before the loss.
 
 use std::collections::HashMap;
 use std::time::Duration;
