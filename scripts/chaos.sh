@@ -172,7 +172,6 @@ kill_and_restart() { # name signal
   [ "$2" = KILL ] && sleep 2
   restart "$1"
 }
-port_of() { case $1 in gateway) echo $GW ;; admission) echo $ADM ;; order-service) echo $ORD ;; worker) echo $WRK ;; esac; }
 
 # fault SCENARIO: injects the fault, then writes "start end" (Unix seconds)
 # to $RUN/window: from the first signal to the moment the fault was undone.

@@ -21,14 +21,7 @@ async fn a_seat_released_at_sold_out_is_sold_again_when_its_publish_was_lost(
 ) {
     let stack = Stack::start(options, connect).await;
     stack.create_event("last", 1, 50.0, 1).await;
-    let knobs = |decline: f64| {
-        stack
-            .http
-            .put(format!("{}/v1/knobs", stack.payment_provider))
-            .json(&json!({ "decline_rate": decline }))
-            .send()
-    };
-    assert!(knobs(1.0).await.unwrap().status().is_success());
+    stack.knobs(json!({ "decline_rate": 1.0 })).await;
 
     // Fan A holds the only seat; the card is declined and the hold released.
     let (_, joined) = stack.join("last", "fan-a").await;
@@ -46,7 +39,7 @@ async fn a_seat_released_at_sold_out_is_sold_again_when_its_publish_was_lost(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(stack.order(order_id, token).await.1["status"], "failed");
-    assert!(knobs(0.0).await.unwrap().status().is_success());
+    stack.knobs(json!({})).await;
 
     // The publish of "1 left" is lost: Redis still says sold out, at the
     // version of the hold.
@@ -114,18 +107,7 @@ async fn while_every_seat_is_only_held_fans_keep_their_place(
 ) {
     let stack = Stack::start(options, connect).await;
     stack.create_event("held", 1, 50.0, 1).await;
-    let knobs = |knobs: serde_json::Value| {
-        stack
-            .http
-            .put(format!("{}/v1/knobs", stack.payment_provider))
-            .json(&knobs)
-            .send()
-    };
-    assert!(knobs(json!({ "error_rate": 1.0 }))
-        .await
-        .unwrap()
-        .status()
-        .is_success());
+    stack.knobs(json!({ "error_rate": 1.0 })).await;
     let event_state = || async {
         let response = stack
             .http
@@ -198,11 +180,7 @@ async fn while_every_seat_is_only_held_fans_keep_their_place(
 
     // A's card is declined at the next attempt: the seat comes back and C,
     // retrying with the same token, buys it.
-    assert!(knobs(json!({ "decline_rate": 1.0 }))
-        .await
-        .unwrap()
-        .status()
-        .is_success());
+    stack.knobs(json!({ "decline_rate": 1.0 })).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let (order_a, token_a) = (
         held_by_a["order_id"].as_str().unwrap(),
@@ -212,7 +190,7 @@ async fn while_every_seat_is_only_held_fans_keep_their_place(
         assert!(Instant::now() < deadline, "A's hold was never given back");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(knobs(json!({})).await.unwrap().status().is_success());
+    stack.knobs(json!({})).await;
     let bought = loop {
         let (status, body) = stack.buy("held", &access[1], 1, None).await;
         if status == StatusCode::ACCEPTED {

@@ -299,6 +299,22 @@ impl Stack {
         (response.status(), response.json().await.unwrap())
     }
 
+    /// Sets the fake payment provider's fault knobs (unnamed ones back to none).
+    pub async fn knobs(&self, knobs: Value) {
+        let response = self
+            .http
+            .put(format!("{}/v1/knobs", self.payment_provider))
+            .json(&knobs)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{:?}",
+            response.text().await
+        );
+    }
+
     pub async fn order(&self, order_id: &str, token: &str) -> (StatusCode, Value) {
         let response = self
             .http
