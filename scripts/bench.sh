@@ -61,7 +61,7 @@ for s in "${STEPS[@]}"; do
       UP_PID=$!
       wait_port 8080 600 gateway
       for _ in $(seq 1 100); do curl -fs http://127.0.0.1:8081/readyz >/dev/null && break; sleep 0.2; done
-      BOXOFFICE_ADMIN_TOKEN=$(cat .run/keys/admin.token) \
+      BOXOFFICE_ADMIN_TOKEN=$(cat .run/keys/admin.token) PAYMENT_API_KEY=$(cat .run/keys/payment.key) \
         DATABASE_URL=postgres://postgres@127.0.0.1:5432/boxoffice \
         step sale target/release/loadtest --profile sale --report-dir "$OUT/sale" --progress-s 0 \
           --no-print-metrics || true

@@ -94,10 +94,13 @@ export BOXOFFICE_SIGNING_KEY=$RUN/keys/signing.pem
 export BOXOFFICE_QUEUE_SECRET=$(openssl rand -hex 32)
 export BOXOFFICE_ADMIN_TOKEN=$(openssl rand -hex 16)
 export BOXOFFICE_TICKET_SECRET=$(openssl rand -hex 32)
+export BOXOFFICE_SERVICE_TOKEN=$(openssl rand -hex 32)
+export PAYMENT_API_KEY=$(openssl rand -hex 32)
 export BOXOFFICE_TICKET_STORE=$RUN/tickets
 export DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+export_tansu_client_options
 export ORDER_SERVICE_URL=http://127.0.0.1:$ORD
 export PAYMENT_URL=http://127.0.0.1:$PAY
 export RUST_LOG=${RUST_LOG:-info,librdkafka=warn,rdkafka=warn}
@@ -162,7 +165,7 @@ wait_ready 90
 say "the stack is up (logs in $RUN/logs)"
 
 now() { date +%s.%N; }
-knobs() { curl -fsS -o /dev/null -X PUT "http://127.0.0.1:$PAY/v1/knobs" -H 'Content-Type: application/json' -d "$1"; }
+knobs() { curl -fsS -o /dev/null -X PUT "http://127.0.0.1:$PAY/v1/knobs" -H "Authorization: Bearer $PAYMENT_API_KEY" -H 'Content-Type: application/json' -d "$1"; }
 kill_and_restart() { # name signal
   local pid; pid=$(pid_of "$1")
   kill "-$2" "$pid"

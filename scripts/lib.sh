@@ -84,4 +84,16 @@ start_kafka() {
   wait_port "$KAFKA_PORT" 30 tansu
 }
 
+# tansu 0.6.0's storage task dies (a panic) on an idempotent producer's epoch
+# it did not hand out itself, and the broker then answers every request with
+# an error until it is restarted. librdkafka bumps the epoch on its own after
+# timed-out sends, as across a broker restart. So, against tansu, the services
+# produce without idempotence, one request in flight per connection (the
+# order per partition is kept; a retried send may be duplicated, which the
+# consumers drop by event id). Apache Kafka needs none of this.
+export_tansu_client_options() {
+  export RDKAFKA_ENABLE_IDEMPOTENCE=${RDKAFKA_ENABLE_IDEMPOTENCE:-false}
+  export RDKAFKA_MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION=${RDKAFKA_MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION:-1}
+}
+
 stop_pid() { [ -n "${1:-}" ] && kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }

@@ -31,12 +31,19 @@ psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'b
 [ -f "$RUN/keys/signing.pem" ] || openssl genpkey -algorithm ed25519 -out "$RUN/keys/signing.pem"
 [ -f "$RUN/keys/queue.secret" ] || openssl rand -hex 32 >"$RUN/keys/queue.secret"
 [ -f "$RUN/keys/admin.token" ] || openssl rand -hex 16 >"$RUN/keys/admin.token"
+for secret in service.token payment.key ticket.secret; do
+  [ -f "$RUN/keys/$secret" ] || openssl rand -hex 32 >"$RUN/keys/$secret"
+done
 export BOXOFFICE_ADMIN_TOKEN=${BOXOFFICE_ADMIN_TOKEN:-$(cat "$RUN/keys/admin.token")}
 export BOXOFFICE_SIGNING_KEY=$RUN/keys/signing.pem
 export BOXOFFICE_QUEUE_SECRET=$(cat "$RUN/keys/queue.secret")
+export BOXOFFICE_SERVICE_TOKEN=$(cat "$RUN/keys/service.token")
+export PAYMENT_API_KEY=$(cat "$RUN/keys/payment.key")
+export BOXOFFICE_TICKET_SECRET=$(cat "$RUN/keys/ticket.secret")
 export DATABASE_URL=postgres://postgres@127.0.0.1:5432/boxoffice
 export REDIS_URL=redis://127.0.0.1:6379
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+export_tansu_client_options
 export RUST_LOG=${RUST_LOG:-info}
 
 say "building the services (release)"
@@ -76,7 +83,7 @@ BoxOffice is up.
   Admin token:           $BOXOFFICE_ADMIN_TOKEN
   OpenAPI:               http://127.0.0.1:8080/openapi.json  and  http://127.0.0.1:8081/openapi.json
   Metrics:               http://127.0.0.1:{8080,8081,8082,8083}/metrics
-  Payment provider:      http://127.0.0.1:8084/v1/knobs  (fake; PUT knobs to inject faults)
+  Payment provider:      http://127.0.0.1:8084/v1/knobs  (fake; PUT knobs with Authorization: Bearer \$(cat $RUN/keys/payment.key))
   Logs:                  $RUN/logs/
 Try: curl -s -X POST http://127.0.0.1:8080/v1/events/demo/queue -H 'Content-Type: application/json' -d '{"fan_id":"me"}'
 Ctrl-C stops everything.

@@ -14,13 +14,15 @@
 //! token), its assets, `/healthz`, `/readyz`, `/metrics`.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use boxoffice_contract::auth;
 use boxoffice_contract::capacity::{self, Demand, Plan};
 use boxoffice_contract::event::{now_ms, Adaptive, EventConfig, EventState, SeatView, FIFO_BASE};
 use boxoffice_contract::extract::{Json, Path};
@@ -83,23 +85,30 @@ pub fn router(state: AppState) -> Router {
         ))
 }
 
-/// Compares in time independent of where the first difference is.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match presented {
-        Some(token) if same_secret(token.as_bytes(), state.config.admin_token.as_bytes()) => {
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    let now = std::time::Instant::now();
+    if let Some(left) = state.lockout.locked(client, now) {
+        return Problem::too_many_requests(
+            "too-many-failures",
+            "too many wrong admin tokens from this client; wait",
+            left.as_secs().max(1),
+        )
+        .into_response();
+    }
+    match auth::bearer(request.headers()) {
+        Some(token) if auth::same_secret(token.as_bytes(), state.config.admin_token.as_bytes()) => {
             next.run(request).await
         }
-        _ => Problem::unauthorized("unauthorized", "send Authorization: Bearer <admin token>")
-            .into_response(),
+        _ => {
+            state.lockout.failed(client, now);
+            tracing::warn!(%client, "admin request with a wrong or missing token");
+            Problem::unauthorized("unauthorized", "send Authorization: Bearer <admin token>")
+                .into_response()
+        }
     }
 }
 
@@ -794,12 +803,5 @@ mod tests {
         assert!((rate_over(&samples) - 2.0).abs() < 1e-9);
         assert_eq!(rate_over(&samples[..1]), 0.0);
         assert_eq!(rate_over(&[]), 0.0);
-    }
-
-    #[test]
-    fn secrets_compare_whole() {
-        assert!(same_secret(b"abc", b"abc"));
-        assert!(!same_secret(b"abc", b"abd"));
-        assert!(!same_secret(b"abc", b"abcd"));
     }
 }

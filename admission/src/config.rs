@@ -41,14 +41,28 @@ pub struct Config {
     /// Address of the admin API.
     #[arg(long, env = "ADMISSION_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: String,
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis_url: String,
     /// First part of every Redis key (`PREFIX:{EVENT}:…`).
     #[arg(long, env = "BOXOFFICE_REDIS_PREFIX", default_value = "bo")]
     pub redis_prefix: String,
-    /// Bearer token of the admin API. Required: there is no default.
+    /// Bearer token of the admin API (≥ 32 bytes). Required: there is no default.
     #[arg(long, env = "BOXOFFICE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: String,
+    /// Wrong or missing admin tokens one client may send per lockout window;
+    /// past that, its admin requests get 429 until the window ends.
+    #[arg(long, env = "BOXOFFICE_ADMIN_MAX_FAILURES", default_value_t = 10)]
+    pub admin_max_failures: u32,
+    /// The lockout window of failed admin tokens.
+    #[arg(long, env = "BOXOFFICE_ADMIN_LOCKOUT_S", default_value_t = 300)]
+    pub admin_lockout_s: u64,
+    #[command(flatten)]
+    pub service: boxoffice_contract::auth::ServiceTokenArgs,
     /// Base URL of the order service's internal API.
     #[arg(
         long,
@@ -77,6 +91,13 @@ pub struct Config {
 }
 
 impl Config {
+    /// Refuses secrets the service must not start with.
+    pub fn check_secrets(&self) -> Result<(), boxoffice_contract::auth::SecretError> {
+        self.service.check()?;
+        self.service
+            .check_secret("BOXOFFICE_ADMIN_TOKEN", &self.admin_token)
+    }
+
     pub fn replica_id(&self) -> String {
         self.replica.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "admission".into());
@@ -98,6 +119,12 @@ impl Config {
             #[command(flatten)]
             config: Config,
         }
-        Only::parse_from(["admission", "--admin-token", admin_token]).config
+        Only::parse_from([
+            "admission",
+            "--admin-token",
+            admin_token,
+            "--service-token=",
+        ])
+        .config
     }
 }

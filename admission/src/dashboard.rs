@@ -306,8 +306,14 @@ pub async fn list_events(
     tag = "dashboard",
     responses((status = 200, description = "The dashboard page", body = String, content_type = "text/html"))
 )]
-pub async fn page() -> Html<&'static str> {
-    Html(include_str!("../assets/dashboard.html"))
+pub async fn page() -> (axum::http::HeaderMap, Html<&'static str>) {
+    const PAGE: &str = include_str!("../assets/dashboard.html");
+    static SECURITY: std::sync::LazyLock<axum::http::HeaderMap> = std::sync::LazyLock::new(|| {
+        boxoffice_contract::page::headers(PAGE)
+            .into_iter()
+            .collect()
+    });
+    (SECURITY.clone(), Html(PAGE))
 }
 
 /// `/admin` → `/admin/`.

@@ -16,6 +16,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod dashboard;
+pub mod lockout;
 pub mod restore;
 
 use std::sync::Arc;
@@ -37,17 +38,25 @@ pub struct AppState {
     pub replica: String,
     /// The dashboard's last minutes of every event.
     pub history: Arc<dashboard::History>,
+    /// Clients that sent wrong admin tokens.
+    pub lockout: Arc<lockout::Lockout>,
 }
 
 impl AppState {
     pub fn new(redis: ConnectionManager, config: Config) -> anyhow::Result<Self> {
+        // Every call goes to the order service's internal API, with the service token.
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(5))
+            .default_headers(config.service.header()?)
             .build()?;
         let replica = config.replica_id();
         Ok(Self {
             redis,
             history: Arc::new(dashboard::History::new(config.history_samples)),
+            lockout: Arc::new(lockout::Lockout::new(
+                config.admin_max_failures,
+                std::time::Duration::from_secs(config.admin_lockout_s),
+            )),
             config: Arc::new(config),
             http,
             replica,
@@ -90,12 +99,15 @@ pub async fn serve(
         cancel.clone(),
     ));
     let server_cancel = cancel.clone();
-    axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            server_cancel.cancel();
-        })
-        .await?;
+    axum::serve(
+        listener,
+        api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        shutdown.await;
+        server_cancel.cancel();
+    })
+    .await?;
     cancel.cancel();
     loop_task.await?;
     adapt_task.await?;

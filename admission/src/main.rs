@@ -9,6 +9,7 @@ async fn main() -> anyhow::Result<()> {
     boxoffice_contract::telemetry::init(cli.log_json);
     let printed = match cli.command {
         Command::Serve(config) => {
+            config.check_secrets()?;
             let redis = boxoffice_contract::redis_link::connect(&config.redis_url)
                 .await
                 .context("connecting to Redis (REDIS_URL)")?;

@@ -4,11 +4,14 @@
 //! order service does not answer.
 
 use admission::adaptive::{Controller, Verdict};
+use boxoffice_contract::auth::ServiceTokenArgs;
 use boxoffice_contract::event::{Adaptive, EventConfig};
 use boxoffice_contract::keys::{events_key, EventKeys};
 use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+
+const SERVICE_TOKEN: &str = "test-service-token-of-at-least-32-bytes";
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
 async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
@@ -29,6 +32,7 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
         c.worker_group = format!("group-{prefix}");
         c.saga_runners = 0;
         c.relay = false;
+        c.service = ServiceTokenArgs::new(SERVICE_TOKEN);
         c.ticket_store = std::env::temp_dir()
             .join(format!("boxoffice-tickets-{prefix}"))
             .display()
@@ -81,7 +85,10 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
         redis: redis.clone(),
         prefix: prefix.clone(),
         replica: replica.into(),
-        http: reqwest::Client::new(),
+        http: reqwest::Client::builder()
+            .default_headers(ServiceTokenArgs::new(SERVICE_TOKEN).header().unwrap())
+            .build()
+            .unwrap(),
         order_service_url: order_service_url.clone(),
     };
     assert!(

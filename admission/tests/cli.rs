@@ -59,6 +59,7 @@ async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal(pool: sq
     let admin = {
         let mut c = admission::Config::defaults("admin");
         c.redis_prefix = prefix.clone();
+        c.service = common::service();
         c.order_service_url = order_service_url;
         c
     };
@@ -117,4 +118,48 @@ async fn ops_tune_and_read_an_event_and_plan_capacity_from_the_terminal(pool: sq
     order_service.cancel();
     let all: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
     let _: () = redis.del(all).await.unwrap();
+}
+
+/// `admission serve` refuses an admin token or service token it must not
+/// run with, and `--help` shows neither.
+#[tokio::test]
+async fn serve_refuses_short_or_well_known_secrets_and_help_hides_them() {
+    let good = "3f9a1c0e7b5d2468ace013579bdf2468ace013579bdf2468";
+    let serve = |admin: &'static str, service: &'static str| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_admission"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env_clear()
+            .env("BOXOFFICE_ADMIN_TOKEN", admin)
+            .env("BOXOFFICE_SERVICE_TOKEN", service)
+            .env("REDIS_URL", "redis://127.0.0.1:1")
+            .output()
+    };
+    for (admin, service, why) in [
+        (
+            "admin",
+            good,
+            "BOXOFFICE_ADMIN_TOKEN must be at least 32 bytes",
+        ),
+        (
+            "dev-admin-token-0123456789abcdef0123",
+            good,
+            "BOXOFFICE_ADMIN_TOKEN is a well-known",
+        ),
+        (good, "", "BOXOFFICE_SERVICE_TOKEN is required"),
+    ] {
+        let out = serve(admin, service).await.unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{admin} {service}");
+        assert!(stderr.contains(why), "{admin} {service}: {stderr}");
+    }
+    let help = tokio::process::Command::new(env!("CARGO_BIN_EXE_admission"))
+        .args(["serve", "--help"])
+        .env("BOXOFFICE_ADMIN_TOKEN", "admin-token-do-not-print")
+        .env("BOXOFFICE_SERVICE_TOKEN", "service-token-do-not-print")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("BOXOFFICE_ADMIN_TOKEN"), "{text}");
+    assert!(!text.contains("do-not-print"), "{text}");
 }

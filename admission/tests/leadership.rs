@@ -108,6 +108,7 @@ async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission(pool:
     let config = {
         let mut c = admission::Config::defaults("admin");
         c.redis_prefix = prefix.clone();
+        c.service = common::service();
         c.order_service_url = order_service_url;
         c
     };

@@ -1,8 +1,10 @@
 //! What the BoxOffice services must agree on, and nothing else.
 //!
+//! - [`auth`]: bearer tokens, the internal plane's service token, secrets checked at start.
 //! - [`capacity`]: Little's law for sizing workers and partitions.
 //! - [`token`]: the JWT claims every service reads (queue tickets, access
 //!   tokens, order tokens), the key set that signs and verifies them, and JWKS.
+//! - [`page`]: the security headers of HTML pages (CSP by hash, no framing).
 //! - [`problem`]: RFC 9457 problem documents, the only error body any service returns.
 //! - [`extract`]: JSON and path extractors that reject with problem documents.
 //! - [`envelope`]: the CloudEvents 1.0 envelope of `order-events` and its payloads.
@@ -14,12 +16,14 @@
 //! - [`trace`]: W3C `traceparent`, so one purchase is one trace across services and Kafka.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod capacity;
 pub mod envelope;
 pub mod event;
 pub mod extract;
 pub mod keys;
 pub mod openapi;
+pub mod page;
 pub mod problem;
 pub mod redis_link;
 pub mod schema;

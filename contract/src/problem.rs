@@ -76,6 +76,11 @@ impl Problem {
     pub fn unavailable(slug: &str, detail: impl Into<String>, retry_after: u64) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, slug, detail).retry_after(retry_after)
     }
+
+    /// A 429 with `Retry-After`.
+    pub fn too_many_requests(slug: &str, detail: impl Into<String>, retry_after: u64) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, slug, detail).retry_after(retry_after)
+    }
 }
 
 /// "sold-out" → "Sold out".

@@ -57,7 +57,9 @@ fn event_of(path: &str) -> Option<&str> {
     }
 }
 
-/// Why a request was turned away, as its problem document.
+/// Why a request was turned away, as its problem document. The detail never
+/// says which check failed (signature, key, expiry, use): that is logged, not
+/// told to whoever holds the token.
 pub fn reject(error: &TokenError) -> Problem {
     match error {
         TokenError::WrongAudience => Problem::new(
@@ -65,7 +67,10 @@ pub fn reject(error: &TokenError) -> Problem {
             "wrong-event",
             "this token is for another event",
         ),
-        other => Problem::unauthorized("invalid-token", other.to_string()),
+        other => {
+            tracing::debug!(error = %other, "token refused");
+            Problem::unauthorized("invalid-token", "invalid token")
+        }
     }
 }
 

@@ -14,7 +14,12 @@ pub struct Config {
     pub log_json: bool,
     #[arg(long, env = "GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis_url: String,
     /// First part of every Redis key (`PREFIX:{EVENT}:…`).
     #[arg(long, env = "BOXOFFICE_REDIS_PREFIX", default_value = "bo")]
@@ -35,6 +40,8 @@ pub struct Config {
     /// Shared secret (≥ 32 bytes) of the gateway fleet that signs queue tickets.
     #[arg(long, env = "BOXOFFICE_QUEUE_SECRET", hide_env_values = true)]
     pub queue_secret: String,
+    #[command(flatten)]
+    pub service: boxoffice_contract::auth::ServiceTokenArgs,
     /// `iss` of every token.
     #[arg(long, env = "BOXOFFICE_ISSUER", default_value = "boxoffice")]
     pub issuer: String,
@@ -89,6 +96,11 @@ impl Config {
     /// Every flag at its default (environment variables still apply), for
     /// embedding the gateway as a library; keys are passed to `AppState` directly.
     pub fn defaults() -> Self {
-        Self::parse_from(["gateway", "--signing-key=", "--queue-secret="])
+        Self::parse_from([
+            "gateway",
+            "--signing-key=",
+            "--queue-secret=",
+            "--service-token=",
+        ])
     }
 }

@@ -98,12 +98,19 @@ async fn get_event(
     responses((status = 200, description = "The fan page (`?event=<id>` picks the event)", body = String, content_type = "text/html"))
 )]
 async fn fan_page() -> Response {
+    const PAGE: &str = include_str!("../assets/index.html");
+    static SECURITY: std::sync::LazyLock<axum::http::HeaderMap> = std::sync::LazyLock::new(|| {
+        boxoffice_contract::page::headers(PAGE)
+            .into_iter()
+            .collect()
+    });
     (
         [
             (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (axum::http::header::CACHE_CONTROL, "public, max-age=60"),
         ],
-        include_str!("../assets/index.html"),
+        SECURITY.clone(),
+        PAGE,
     )
         .into_response()
 }

@@ -26,7 +26,6 @@ pub mod upstream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::HeaderMap;
 use axum::Router;
 use boxoffice_contract::openapi::FanSecurity;
 use boxoffice_contract::token::KeySet;
@@ -145,40 +144,9 @@ pub async fn serve(
     Ok(())
 }
 
-/// The token of an `Authorization: Bearer …` header (the scheme is case-insensitive, RFC 9110).
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers
-        .get(axum::http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
+pub use boxoffice_contract::auth::bearer;
 
 pub(crate) fn redis_down(error: redis::RedisError) -> boxoffice_contract::Problem {
     tracing::error!(%error, "redis error");
     boxoffice_contract::Problem::unavailable("overloaded", "the waiting room is busy; try again", 1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer_tokens_are_found_whatever_the_scheme_case() {
-        let mut headers = HeaderMap::new();
-        for (value, token) in [
-            ("Bearer abc", Some("abc")),
-            ("bearer abc", Some("abc")),
-            ("Basic abc", None),
-            ("Bearer ", None),
-            ("Bearer", None),
-        ] {
-            headers.insert(axum::http::header::AUTHORIZATION, value.parse().unwrap());
-            assert_eq!(bearer(&headers), token, "{value}");
-        }
-    }
 }

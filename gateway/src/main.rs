@@ -12,6 +12,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     boxoffice_contract::telemetry::init(config.log_json);
+    config.service.check()?;
+    config
+        .service
+        .check_secret("BOXOFFICE_QUEUE_SECRET", &config.queue_secret)?;
     let keys = KeySet::from_files(
         &config.issuer,
         &config.signing_key,

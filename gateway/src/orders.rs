@@ -117,7 +117,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
         (status = 401, description = "`invalid-token`", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "`wrong-event`", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`token-used`; `seats-held` (no seat free now, some held by fans paying may come back: retry after `Retry-After` with the same token)", body = Problem, content_type = "application/problem+json"),
-        (status = 410, description = "`sold-out`", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "`sold-out`, `closed` (ops closed the sale)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`payload-too-large`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid-quantity`, `invalid-body`, `idempotency-key-reused` (a retry of this admission's purchase asking for another quantity)", body = Problem, content_type = "application/problem+json"),
@@ -184,6 +184,13 @@ async fn buy(
             ))
         }
         "all-held" => return Err(seats_held()),
+        "closed" => {
+            return Err(Problem::new(
+                StatusCode::GONE,
+                "closed",
+                "the sale is closed",
+            ))
+        }
         "too-many" => {
             return Err(invalid_quantity(&format!(
                 "quantity must be between 1 and {order}"

@@ -334,7 +334,10 @@ async fn status(
     let claims = state
         .keys
         .verify(ticket, TokenUse::Queue, Some(&event_id))
-        .map_err(|e| Problem::unauthorized("invalid-ticket", e.to_string()))?;
+        .map_err(|error| {
+            tracing::debug!(%error, "queue ticket refused");
+            Problem::unauthorized("invalid-ticket", "invalid queue ticket")
+        })?;
     state.per_fan.check(&event_id, &claims.sub)?;
     let event = edge_event(&state, &keys, &event_id).await?;
     if event.sold_out() {

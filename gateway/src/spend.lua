@@ -3,8 +3,9 @@
 -- ARGV: 1 fan id, 2 idempotency key ('' if none), 3 fresh order id, 4 ttl (s), 5 quantity
 -- Returns {outcome, order id}: fresh (buy as ARGV[3]) | replay (same idempotency
 -- key as the spend: buy as the stored order id again) | used | revoked |
--- sold-out | all-held (no seat free, some held by fans paying: may come
--- back) | too-many a=limit
+-- closed (ops closed the sale: nothing new is bought; a replay of a purchase
+-- made before still answers its order) | sold-out | all-held (no seat free,
+-- some held by fans paying: may come back) | too-many a=limit
 -- Guarantees: a token is spent at most once, and only for a valid quantity
 -- while seats remain and ops have not revoked it; spending and leaving the
 -- active set (freeing the slot for the next fan) are one step.
@@ -18,6 +19,7 @@ if stored then
   if ARGV[2] ~= '' and key == ARGV[2] then return {'replay', order} end
   return {'used', ''}
 end
+if redis.call('HGET', KEYS[4], 'state') == 'closed' then return {'closed', ''} end
 local stock = redis.call('HMGET', KEYS[3], 'remaining', 'held')
 if tonumber(stock[1] or '1') <= 0 then
   if tonumber(stock[2] or '0') > 0 then return {'all-held', ''} end

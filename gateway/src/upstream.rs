@@ -39,6 +39,7 @@ impl Upstream {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_millis(config.upstream_timeout_ms))
+            .default_headers(config.service.header()?)
             .build()?;
         // failsafe's exponential backoff counts in whole seconds from one.
         let open = Duration::from_millis(config.breaker_open_ms.max(1_000));

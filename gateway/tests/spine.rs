@@ -135,6 +135,7 @@ async fn one_fan_buys_and_gets_exactly_one_ticket_set(
         health = stack
             .http
             .get(format!("{}/internal/health", stack.order_service))
+            .bearer_auth(common::SERVICE_TOKEN)
             .send()
             .await
             .unwrap()

@@ -203,8 +203,15 @@ pub async fn run(
         "loadtest: waiting up to {:?} for the sale to settle",
         options.settle
     );
+    // The provider's `/v1/charges` wants its API key.
+    let mut headers = reqwest::header::HeaderMap::new();
+    let mut key: reqwest::header::HeaderValue =
+        format!("Bearer {}", options.payment_api_key).parse()?;
+    key.set_sensitive(true);
+    headers.insert(reqwest::header::AUTHORIZATION, key);
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
+        .default_headers(headers)
         .build()?;
     let fans = run.fans.lock().expect("not poisoned").clone();
     let settle_by = Instant::now() + options.settle;

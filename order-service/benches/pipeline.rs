@@ -82,6 +82,8 @@ async fn confirmed_orders_per_s(pool: &PgPool, database_url: &str, orders: usize
     config.relay = false;
     config.saga_runners = RUNNERS;
     config.payment.payment_url = provider_url;
+    let service = boxoffice_contract::auth::ServiceTokenArgs::new("bench-service-token");
+    config.service = service.clone();
     let redis =
         redis::aio::ConnectionManager::new(redis::Client::open(config.redis_url.as_str()).unwrap())
             .await
@@ -93,7 +95,10 @@ async fn confirmed_orders_per_s(pool: &PgPool, database_url: &str, orders: usize
     let server = tokio::spawn(order_service::serve(listener, state, async move {
         stop.cancelled().await
     }));
-    let http = reqwest::Client::new();
+    let http = reqwest::Client::builder()
+        .default_headers(service.header().unwrap())
+        .build()
+        .unwrap();
     let created = http
         .put(format!("{url}/internal/events/bench"))
         .json(&json!({ "name": "Bench", "capacity": orders, "price_cents": 4_500 }))

@@ -1,5 +1,6 @@
-//! The internal HTTP API. Only the gateway and the admission service call it;
-//! it trusts them to have checked tokens and per-fan limits.
+//! The internal HTTP API. Only the gateway and the admission service call it,
+//! with the service token (`Authorization: Bearer`, 401 without it); it
+//! trusts them to have checked tokens and per-fan limits.
 //!
 //! | method, path | does |
 //! | --- | --- |
@@ -20,6 +21,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
+use boxoffice_contract::auth;
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::valid_event_id;
 use boxoffice_contract::trace::TraceContext;
@@ -35,7 +37,8 @@ use crate::AppState;
 pub const MAX_QUANTITY: i32 = 100;
 
 pub fn router(state: AppState) -> Router {
-    let routes = Router::new()
+    // Every /internal route wants the service token; probes and metrics do not.
+    let internal = Router::new()
         .route("/internal/events/{event_id}", put(put_event).get(get_event))
         .route("/internal/events/{event_id}/settings", put(put_settings))
         .route("/internal/event-settings", get(all_settings))
@@ -43,6 +46,11 @@ pub fn router(state: AppState) -> Router {
         .route("/internal/orders/{order_id}", get(get_order))
         .route("/internal/orders/{order_id}/tickets.pdf", get(get_tickets))
         .route("/internal/health", get(pipeline_health))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.config.service.acceptor(),
+            auth::require_service,
+        ));
+    let routes = internal
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz));

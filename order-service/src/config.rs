@@ -37,13 +37,19 @@ pub struct ServeConfig {
     #[arg(
         long,
         env = "DATABASE_URL",
+        hide_env_values = true,
         default_value = "postgres://postgres@127.0.0.1:5432/boxoffice"
     )]
     pub database_url: String,
     /// Postgres connections; each saga runner and the relay hold one while working.
     #[arg(long, env = "ORDER_SERVICE_DB_CONNECTIONS", default_value_t = 16)]
     pub db_connections: u32,
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis_url: String,
     /// First part of every Redis key (`PREFIX:{EVENT}:…`); tests use their own.
     #[arg(long, env = "BOXOFFICE_REDIS_PREFIX", default_value = "bo")]
@@ -82,6 +88,8 @@ pub struct ServeConfig {
     pub outbox_retention_s: i64,
     #[command(flatten)]
     pub payment: crate::payments::client::PaymentConfig,
+    #[command(flatten)]
+    pub service: boxoffice_contract::auth::ServiceTokenArgs,
     /// Directory of the ticket PDFs the workers write.
     #[arg(long, env = "BOXOFFICE_TICKET_STORE", default_value = ".run/tickets")]
     pub ticket_store: String,
@@ -99,7 +107,7 @@ impl ServeConfig {
             #[command(flatten)]
             config: ServeConfig,
         }
-        Wrapper::parse_from(["serve"]).config
+        Wrapper::parse_from(["serve", "--service-token=", "--payment-api-key="]).config
     }
 }
 
@@ -134,6 +142,7 @@ pub struct WorkerConfig {
     #[arg(
         long,
         env = "DATABASE_URL",
+        hide_env_values = true,
         default_value = "postgres://postgres@127.0.0.1:5432/boxoffice"
     )]
     pub database_url: String,
@@ -184,13 +193,14 @@ pub struct WorkerConfig {
     /// Directory of the ticket PDFs (`orders/{id}.pdf`); the order service reads the same one.
     #[arg(long, env = "BOXOFFICE_TICKET_STORE", default_value = ".run/tickets")]
     pub ticket_store: String,
-    /// Secret that signs ticket codes (the QR codes); the gates verify with it.
-    #[arg(
-        long,
-        env = "BOXOFFICE_TICKET_SECRET",
-        default_value = "dev-ticket-secret-change-me"
-    )]
+    /// Secret (≥ 32 bytes) that signs ticket codes (the QR codes); the gates
+    /// verify with it. Required: whoever knows it can mint valid tickets.
+    #[arg(long, env = "BOXOFFICE_TICKET_SECRET", hide_env_values = true)]
     pub ticket_secret: String,
+    /// Accept a well-known development value for the ticket secret
+    /// (`dev-…`, `change-me`). Never in production.
+    #[arg(long, env = "BOXOFFICE_ALLOW_DEV_SECRETS")]
+    pub allow_dev_secrets: bool,
     /// Static group membership (`group.instance.id`, e.g. the pod name): a
     /// restarted worker takes its old place at once instead of waiting for
     /// the group to notice the old one is gone.
@@ -213,7 +223,7 @@ impl WorkerConfig {
             #[command(flatten)]
             config: WorkerConfig,
         }
-        Wrapper::parse_from(["worker"]).config
+        Wrapper::parse_from(["worker", "--ticket-secret="]).config
     }
 
     pub fn dlq_topic(&self) -> String {

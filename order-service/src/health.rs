@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::kafka::EnvOptions;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
@@ -106,6 +107,7 @@ impl BrokerProbe {
             .set("bootstrap.servers", brokers)
             .set("group.id", group)
             .set("enable.auto.commit", "false")
+            .with_env_options()
             .create()?;
         Ok(Self {
             consumer: Arc::new(consumer),

@@ -137,7 +137,12 @@ pub async fn connect_db(url: &str, max_connections: u32) -> anyhow::Result<sqlx:
         .max_connections(max_connections)
         .connect(url)
         .await
-        .with_context(|| format!("connecting to Postgres at {url}"))?;
+        .with_context(|| {
+            format!(
+                "connecting to Postgres at {}",
+                boxoffice_contract::auth::redact_url(url)
+            )
+        })?;
     MIGRATOR.run(&pool).await.context("running migrations")?;
     Ok(pool)
 }

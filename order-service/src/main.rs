@@ -10,6 +10,10 @@ async fn main() -> anyhow::Result<()> {
     boxoffice_contract::telemetry::init(cli.log_json);
     match cli.command {
         Command::Serve(config) => {
+            config.service.check()?;
+            config
+                .service
+                .check_secret("PAYMENT_API_KEY", &config.payment.payment_api_key)?;
             let pool = connect_db(&config.database_url, config.db_connections).await?;
             let redis = boxoffice_contract::redis_link::connect(&config.redis_url)
                 .await
@@ -22,6 +26,11 @@ async fn main() -> anyhow::Result<()> {
             order_service::serve(listener, state, boxoffice_contract::shutdown::signal()).await
         }
         Command::Worker(config) => {
+            boxoffice_contract::auth::check_secret(
+                "BOXOFFICE_TICKET_SECRET",
+                &config.ticket_secret,
+                config.allow_dev_secrets,
+            )?;
             let pool = connect_db(&config.database_url, 4).await?;
             let cancel = CancellationToken::new();
             let on_signal = cancel.clone();
@@ -54,13 +63,18 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::PaymentProvider(config) => {
+            boxoffice_contract::auth::check_secret(
+                "PAYMENT_API_KEY",
+                &config.api_key,
+                config.allow_dev_secrets,
+            )?;
             let listener = tokio::net::TcpListener::bind(&config.listen)
                 .await
                 .with_context(|| format!("binding {}", config.listen))?;
             tracing::info!(listen = %config.listen, knobs = ?config.knobs, "fake payment provider listening");
             provider::serve(
                 listener,
-                Provider::new(config.knobs),
+                Provider::new(config.knobs).with_api_key(&config.api_key),
                 boxoffice_contract::shutdown::signal(),
             )
             .await

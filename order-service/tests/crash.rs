@@ -52,7 +52,7 @@ async fn spawn(env: &[(&str, String)]) -> Service {
     }
     let mut child = command.spawn().expect("spawning order-service");
     let url = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
+    let http = internal_client();
     for _ in 0..200 {
         if let Ok(response) = http.get(format!("{url}/healthz")).send().await {
             if response.status().is_success() {
@@ -80,6 +80,10 @@ fn base_env(db: &str, prefix: &str, provider_url: &str) -> Vec<(&'static str, St
         ("PAYMENT_ATTEMPT_TIMEOUT_MS", "1000".into()),
         ("PAYMENT_RETRIES", "1".into()),
         ("PAYMENT_BACKOFF_MAX_MS", "100".into()),
+        ("BOXOFFICE_SERVICE_TOKEN", SERVICE_TOKEN.into()),
+        ("PAYMENT_API_KEY", SERVICE_TOKEN.into()),
+        ("BOXOFFICE_TICKET_SECRET", TICKET_SECRET.into()),
+        ("BOXOFFICE_ALLOW_DEV_SECRETS", "true".into()),
     ]
 }
 
@@ -101,7 +105,7 @@ async fn kill_9_mid_saga_then_restart_finishes_every_saga_once(pool: PgPool) {
     env.push(("BOXOFFICE_RELAY", "false".into()));
     env.push(("BOXOFFICE_SAGA_RUNNERS", "4".into()));
     let mut service = spawn(&env).await;
-    let http = reqwest::Client::new();
+    let http = internal_client();
     create_event(&http, &service.url, "ev", 60).await;
     let purchases = (0..60).map(|fan| {
         let (http, url) = (http.clone(), service.url.clone());
@@ -184,7 +188,7 @@ async fn a_relay_killed_between_publish_and_mark_publishes_twice_and_tickets_onc
     let mut crashing = env.clone();
     crashing.push(("BOXOFFICE_CRASH_AFTER_PUBLISH", "true".into()));
     let service = spawn(&crashing).await;
-    let http = reqwest::Client::new();
+    let http = internal_client();
     create_event(&http, &service.url, "ev", 10).await;
     let (status, order_id) = place(&http, &service.url, "ev", "fan", 3).await;
     assert_eq!(status, 202);

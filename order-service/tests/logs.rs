@@ -8,6 +8,7 @@ fn first_line(args: &[&str]) -> String {
         .args(args)
         .env("RUST_LOG", "info")
         .env_remove("BOXOFFICE_LOG_JSON")
+        .env("PAYMENT_API_KEY", "a-payment-api-key-of-at-least-32-bytes")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -441,6 +441,8 @@ fn spawn_worker(db: &str, topic: &str, group: &str, env: &[(&str, &str)]) -> Wor
         .env("BOXOFFICE_COMMIT_INTERVAL_MS", "100")
         .env("BOXOFFICE_MAX_POLL_INTERVAL_MS", "15000")
         .env("BOXOFFICE_TICKET_STORE", common::ticket_store(group))
+        .env("BOXOFFICE_TICKET_SECRET", common::TICKET_SECRET)
+        .env("BOXOFFICE_ALLOW_DEV_SECRETS", "true")
         .env(
             "RUST_LOG",
             std::env::var("WORKER_LOG").unwrap_or_else(|_| "warn".into()),

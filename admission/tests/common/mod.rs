@@ -1,7 +1,16 @@
 //! A real order service for admin writes, which keep each event's settings in PostgreSQL.
+#![allow(dead_code)]
 
+use boxoffice_contract::auth::ServiceTokenArgs;
 use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
+
+/// The internal plane's token in these tests (admission and order service alike).
+pub const SERVICE_TOKEN: &str = "test-service-token-of-at-least-32-bytes";
+
+pub fn service() -> ServiceTokenArgs {
+    ServiceTokenArgs::new(SERVICE_TOKEN)
+}
 
 /// A real order service on the test's database, where admin writes keep the
 /// event's settings; the event `event_id` exists there.
@@ -22,6 +31,7 @@ pub async fn order_service(
     config.redis_prefix = prefix.to_owned();
     config.saga_runners = 0;
     config.relay = false;
+    config.service = service();
     config.ticket_store = std::env::temp_dir()
         .join(format!("boxoffice-tickets-{prefix}"))
         .display()

@@ -9,6 +9,7 @@ pub mod browser;
 
 use std::time::Duration;
 
+use boxoffice_contract::auth::ServiceTokenArgs;
 use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -20,6 +21,14 @@ use tokio_util::sync::CancellationToken;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub const QUEUE_SECRET: &[u8] = b"test-queue-secret-of-32-bytes-at-least";
+/// The internal plane's token: the gateway and admission send it, the order service wants it.
+pub const SERVICE_TOKEN: &str = "test-service-token-of-at-least-32-bytes";
+/// The fake payment provider's API key.
+pub const PAYMENT_API_KEY: &str = "test-payment-api-key-of-at-least-32-bytes";
+
+pub fn service() -> ServiceTokenArgs {
+    ServiceTokenArgs::new(SERVICE_TOKEN)
+}
 
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
@@ -107,7 +116,7 @@ impl Stack {
         let stop = cancel.clone();
         tasks.push(tokio::spawn(order_service::payments::provider::serve(
             provider_listener,
-            order_service::payments::provider::Provider::default(),
+            order_service::payments::provider::Provider::default().with_api_key(PAYMENT_API_KEY),
             async move { stop.cancelled().await },
         )));
 
@@ -124,6 +133,8 @@ impl Stack {
             c.saga_runners = if pipeline { 4 } else { 0 };
             c.relay = pipeline;
             c.payment.payment_url = payment_provider.clone();
+            c.payment.payment_api_key = PAYMENT_API_KEY.into();
+            c.service = service();
             c.ticket_store = ticket_store.clone();
             c
         };
@@ -160,6 +171,7 @@ impl Stack {
             c.redis_url = redis_url();
             c.redis_prefix = prefix.clone();
             c.order_service_url = order_service.clone();
+            c.service = service();
             c.tick_ms = 50;
             c.sample_ms = 250;
             c
@@ -180,6 +192,7 @@ impl Stack {
             c.redis_url = redis_url();
             c.redis_prefix = prefix.clone();
             c.order_service_url = order_service.clone();
+            c.service = service();
             c.queue_ticket_ttl_s = 3_600;
             c.order_token_ttl_s = 86_400;
             c.upstream_timeout_ms = 5_000;
@@ -304,6 +317,7 @@ impl Stack {
         let response = self
             .http
             .put(format!("{}/v1/knobs", self.payment_provider))
+            .bearer_auth(PAYMENT_API_KEY)
             .json(&knobs)
             .send()
             .await
@@ -370,6 +384,8 @@ impl Stack {
             ADMIN_TOKEN,
             "--payment-url",
             &self.payment_provider,
+            "--payment-api-key",
+            PAYMENT_API_KEY,
             "--progress-s=0",
             "--quiet",
             "--no-print-metrics",

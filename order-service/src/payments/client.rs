@@ -31,6 +31,9 @@ use super::{Charge, ChargeRequest};
 
 #[derive(Debug, Clone, Args)]
 pub struct PaymentConfig {
+    /// The payment provider's API key, sent as `Authorization: Bearer`.
+    #[arg(long, env = "PAYMENT_API_KEY", hide_env_values = true)]
+    pub payment_api_key: String,
     /// Base URL of the payment provider.
     #[arg(long, env = "PAYMENT_URL", default_value = "http://127.0.0.1:8084")]
     pub payment_url: String,
@@ -75,7 +78,7 @@ impl PaymentConfig {
             #[command(flatten)]
             config: PaymentConfig,
         }
-        let mut config = Wrapper::parse_from(["payments"]).config;
+        let mut config = Wrapper::parse_from(["payments", "--payment-api-key="]).config;
         config.payment_url = payment_url.to_owned();
         config
     }
@@ -140,6 +143,10 @@ impl PaymentClient {
         Ok(Self {
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(config.payment_max_in_flight)
+                .default_headers(
+                    boxoffice_contract::auth::ServiceTokenArgs::new(&config.payment_api_key)
+                        .header()?,
+                )
                 .build()?,
             base: config.payment_url.trim_end_matches('/').to_owned(),
             bulkhead: Arc::new(Semaphore::new(config.payment_max_in_flight.max(1))),

@@ -29,6 +29,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use boxoffice_contract::auth::{ServiceAuth, ServiceTokenArgs};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::Problem;
 use clap::Args;
@@ -109,6 +110,13 @@ fn invalid(field: &str, expected: &str) -> Problem {
 pub struct ProviderConfig {
     #[arg(long, env = "PROVIDER_LISTEN", default_value = "127.0.0.1:8084")]
     pub listen: String,
+    /// API key (≥ 32 bytes) every `/v1/*` call must carry as
+    /// `Authorization: Bearer`, the charges and the knobs alike.
+    #[arg(long, env = "PAYMENT_API_KEY", hide_env_values = true)]
+    pub api_key: String,
+    /// Accept a well-known development value for the API key. Never in production.
+    #[arg(long, env = "BOXOFFICE_ALLOW_DEV_SECRETS")]
+    pub allow_dev_secrets: bool,
     #[command(flatten)]
     pub knobs: Knobs,
 }
@@ -123,6 +131,8 @@ pub struct Record {
 
 #[derive(Clone, Default)]
 pub struct Provider {
+    /// Who may call `/v1/*`; `None` (tests that want no key) lets anyone.
+    api_key: Option<ServiceAuth>,
     knobs: Arc<RwLock<Knobs>>,
     charges: Arc<Mutex<HashMap<String, Record>>>,
     stats: Arc<Counters>,
@@ -160,6 +170,12 @@ impl Provider {
             knobs: Arc::new(RwLock::new(knobs)),
             ..Self::default()
         }
+    }
+
+    /// Every `/v1/*` call must then carry `Authorization: Bearer <key>`.
+    pub fn with_api_key(mut self, key: &str) -> Self {
+        self.api_key = Some(ServiceTokenArgs::new(key).acceptor());
+        self
     }
 
     fn knobs(&self) -> Knobs {
@@ -318,14 +334,20 @@ fn check_key(key: &str) -> Result<(), Problem> {
 }
 
 pub fn router(provider: Provider) -> Router {
-    let routes = Router::new()
+    let mut api = Router::new()
         .route("/v1/charges", post(post_charge).get(list_charges))
         .route("/v1/charges/{key}", get(get_charge))
         .route("/v1/charges/{key}/refund", post(post_refund))
         .route("/v1/charges/{key}/void", post(post_void))
         .route("/v1/knobs", get(get_knobs).put(put_knobs))
-        .route("/v1/stats", get(get_stats))
-        .route("/healthz", get(|| async { "ok" }));
+        .route("/v1/stats", get(get_stats));
+    if let Some(key) = provider.api_key.clone() {
+        api = api.route_layer(axum::middleware::from_fn_with_state(
+            key,
+            boxoffice_contract::auth::require_service,
+        ));
+    }
+    let routes = api.route("/healthz", get(|| async { "ok" }));
     boxoffice_contract::problem::with_fallbacks(routes).with_state(provider)
 }
 

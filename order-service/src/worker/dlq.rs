@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::kafka::EnvOptions;
 use anyhow::Context;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
@@ -118,6 +119,7 @@ pub async fn redrive(config: &RedriveConfig) -> anyhow::Result<usize> {
         .set("group.id", &config.group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
+        .with_env_options()
         .create()
         .context("creating the redrive consumer")?;
     let producer = crate::kafka::producer(&config.kafka_brokers)?;

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::kafka::EnvOptions;
 use anyhow::Context;
 use boxoffice_contract::trace::{TraceContext, TRACEPARENT};
 use rdkafka::consumer::{
@@ -391,6 +392,7 @@ pub async fn run(
             "max.poll.interval.ms",
             config.max_poll_interval_ms.to_string(),
         )
+        .with_env_options()
         .create_with_context(PoolContext {
             shared: shared.clone(),
         })

@@ -13,6 +13,24 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+/// The internal plane's token in tests (the binaries refuse `test-…` values
+/// unless BOXOFFICE_ALLOW_DEV_SECRETS is set, which the spawned ones get).
+pub const SERVICE_TOKEN: &str = "test-service-token-of-at-least-32-bytes";
+/// The ticket secret of spawned workers.
+pub const TICKET_SECRET: &str = "test-ticket-secret-of-at-least-32-bytes";
+
+/// A client that calls the internal API as the gateway does, with the service token.
+pub fn internal_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .default_headers(
+            boxoffice_contract::auth::ServiceTokenArgs::new(SERVICE_TOKEN)
+                .header()
+                .unwrap(),
+        )
+        .build()
+        .unwrap()
+}
+
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
@@ -66,6 +84,7 @@ pub fn config(prefix: &str, provider_url: &str) -> ServeConfig {
     c.payment.payment_backoff_ms = 20;
     c.payment.payment_backoff_max_ms = 200;
     c.ticket_store = ticket_store(prefix);
+    c.service = boxoffice_contract::auth::ServiceTokenArgs::new(SERVICE_TOKEN);
     c
 }
 
@@ -102,7 +121,7 @@ impl OrderService {
         }));
         Self {
             url,
-            http: reqwest::Client::new(),
+            http: internal_client(),
             relay,
             cancel,
             task,

@@ -1,0 +1,448 @@
+//! The security suite: each test is an attack, performed for real over HTTP
+//! against the running stack (or the real binary), that must fail.
+//! `cargo test -p gateway --test security` ends with cargo's one-line
+//! summary of the cases passed.
+
+mod common;
+
+use std::process::Command;
+
+use boxoffice_contract::token::{now_s, Claims, TokenUse};
+use common::{Stack, ADMIN_TOKEN, PAYMENT_API_KEY, SERVICE_TOKEN};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+async fn status_of(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A pod that reaches the order service cannot skip the queue, make an event
+/// free, read tickets or the pipeline's health without the service token.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn the_internal_plane_refuses_callers_without_the_service_token(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    stack.create_event("plane", 10, 50.0, 2).await;
+    let o = &stack.order_service;
+    let order_id = uuid::Uuid::now_v7();
+    let attacks = [
+        (
+            Method::POST,
+            format!("{o}/internal/orders"),
+            Some(json!({
+                "order_id": order_id, "event_id": "plane", "fan_id": "mallory", "quantity": 2,
+            })),
+        ),
+        (
+            Method::PUT,
+            format!("{o}/internal/events/plane"),
+            Some(json!({
+                "name": "free", "capacity": 100000, "price_cents": 0,
+            })),
+        ),
+        (
+            Method::PUT,
+            format!("{o}/internal/events/plane/settings"),
+            Some(json!({ "rate": "1000" })),
+        ),
+        (Method::GET, format!("{o}/internal/event-settings"), None),
+        (Method::GET, format!("{o}/internal/orders/{order_id}"), None),
+        (
+            Method::GET,
+            format!("{o}/internal/orders/{order_id}/tickets.pdf"),
+            None,
+        ),
+        (Method::GET, format!("{o}/internal/health"), None),
+    ];
+    for (method, url, body) in &attacks {
+        for credential in [
+            None,
+            Some("Bearer not-the-service-token"),
+            Some(ADMIN_TOKEN),
+        ] {
+            let mut request = stack.http.request(method.clone(), url);
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            if let Some(credential) = credential {
+                request = request.header("authorization", credential);
+            }
+            let (status, problem) = status_of(request).await;
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {url} with {credential:?}: {problem}"
+            );
+            assert_eq!(
+                problem["type"]
+                    .as_str()
+                    .map(|t| t.ends_with("/unauthorized")),
+                Some(true),
+                "{problem}"
+            );
+        }
+    }
+    let placed: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&stack.pool)
+        .await
+        .unwrap();
+    assert_eq!(placed, 0, "no order was placed around the queue");
+    let price: i64 = sqlx::query_scalar("SELECT price_cents FROM events WHERE event_id = 'plane'")
+        .fetch_one(&stack.pool)
+        .await
+        .unwrap();
+    assert_eq!(price, 4_500, "the event was not made free");
+
+    // The probes stay open (orchestrators call them without credentials),
+    // and the real caller's token works.
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let status = stack
+            .http
+            .get(format!("{o}{path}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_ne!(status, StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let (status, seats) = status_of(
+        stack
+            .http
+            .get(format!("{o}/internal/events/plane"))
+            .bearer_auth(SERVICE_TOKEN),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{seats}");
+    assert_eq!(seats["capacity"], 10);
+    stack.stop().await;
+}
+
+/// Nobody but the order service may take money or turn the fake provider's knobs.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn the_payment_provider_refuses_callers_without_its_api_key(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    let p = &stack.payment_provider;
+    let attacks = [
+        (
+            Method::PUT,
+            format!("{p}/v1/knobs"),
+            Some(json!({ "error_rate": 1.0 })),
+        ),
+        (Method::GET, format!("{p}/v1/knobs"), None),
+        (Method::GET, format!("{p}/v1/charges"), None),
+        (
+            Method::POST,
+            format!("{p}/v1/charges"),
+            Some(json!({ "idempotency_key": "k", "amount_cents": 1 })),
+        ),
+        (Method::POST, format!("{p}/v1/charges/k/refund"), None),
+    ];
+    for (method, url, body) in &attacks {
+        let mut request = stack
+            .http
+            .request(method.clone(), url)
+            .bearer_auth(SERVICE_TOKEN);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let (status, problem) = status_of(request).await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "{method} {url}: {problem}"
+        );
+    }
+    let (status, knobs) = status_of(
+        stack
+            .http
+            .get(format!("{p}/v1/knobs"))
+            .bearer_auth(PAYMENT_API_KEY),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        knobs["error_rate"], 0.0,
+        "the knobs were not turned: {knobs}"
+    );
+    stack.stop().await;
+}
+
+/// Guessing the admin token: after ten wrong tries the client is locked out,
+/// and the right token from it gets 429 too, so guessing cannot go on.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn admin_token_guesses_are_locked_out(options: PgPoolOptions, connect: PgConnectOptions) {
+    let stack = Stack::start_with(options, connect, false).await;
+    let url = format!("{}/admin/v1/events", stack.admission);
+    let admin = |token: &str| {
+        stack
+            .http
+            .get(&url)
+            .header("authorization", token.to_owned())
+    };
+    // The scheme is case-insensitive (RFC 9110).
+    let (status, _) = status_of(admin(&format!("bearer {ADMIN_TOKEN}"))).await;
+    assert_eq!(status, StatusCode::OK);
+    for guess in 0..10 {
+        let (status, _) = status_of(admin(&format!("Bearer guess-{guess}"))).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {guess}");
+    }
+    let response = admin(&format!("Bearer {ADMIN_TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=300).contains(&wait), "Retry-After {wait}");
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(
+        problem["type"]
+            .as_str()
+            .map(|t| t.ends_with("/too-many-failures")),
+        Some(true),
+        "{problem}"
+    );
+    stack.stop().await;
+}
+
+/// A refused token's answer says "invalid token", never which check failed
+/// (a forger learns nothing about signature, key or expiry).
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn refused_tokens_do_not_say_which_check_failed(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    stack.create_event("vague", 10, 50.0, 2).await;
+    let (_, joined) = stack.join("vague", "fan-1").await;
+    let ticket = joined["queue_ticket"].as_str().unwrap().to_owned();
+    let access = stack.wait_admitted("vague", &ticket).await;
+    // The same token with its signature broken, and a queue ticket used as an access token.
+    let (head, _) = access.rsplit_once('.').unwrap();
+    let forged = format!("{head}.{}", "A".repeat(86));
+    let other_key = boxoffice_contract::token::KeySet::from_pems(
+        "boxoffice",
+        &boxoffice_contract::token::generate_ed25519_pem(),
+        &[],
+        common::QUEUE_SECRET,
+    )
+    .unwrap();
+    let foreign = other_key.sign(&Claims::new(
+        "boxoffice",
+        "vague",
+        "fan-1",
+        TokenUse::Access,
+        now_s(),
+        60,
+    ));
+    // And a genuine one that has expired.
+    let expired = stack.keys.sign(&Claims::new(
+        "boxoffice",
+        "vague",
+        "fan-1",
+        TokenUse::Access,
+        now_s() - 3_600,
+        60,
+    ));
+    let mut details = Vec::new();
+    for token in [&forged, &ticket, &foreign, &expired, &"x.y.z".to_owned()] {
+        let (status, problem) = stack.buy("vague", token, 1, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
+        details.push(problem["detail"].clone());
+    }
+    assert!(details.iter().all(|d| d == "invalid token"), "{details:?}");
+    let (status, problem) = status_of(
+        stack
+            .http
+            .get(format!("{}/v1/events/vague/queue/status", stack.gateway))
+            .bearer_auth(&forged),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(problem["detail"], "invalid queue ticket");
+    stack.stop().await;
+}
+
+fn gateway_binary(env: &[(&str, &str)]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gateway"));
+    command
+        .env_clear()
+        .env("GATEWAY_LISTEN", "127.0.0.1:0")
+        .env("REDIS_URL", "redis://127.0.0.1:1")
+        .env("RUST_LOG", "warn");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+const GOOD: &str = "3f9a1c0e7b5d2468ace013579bdf2468ace013579bdf2468";
+
+/// No secret has a default that works, and a well-known one is refused unless
+/// the development flag says so.
+#[test]
+fn the_gateway_refuses_to_start_without_its_secrets_or_with_well_known_ones() {
+    let key = std::env::temp_dir().join(format!("security-{}.pem", uuid::Uuid::new_v4()));
+    std::fs::write(&key, boxoffice_contract::token::generate_ed25519_pem()).unwrap();
+    let key = key.display().to_string();
+    let cases: [(&[(&str, &str)], &str); 4] = [
+        (
+            &[
+                ("BOXOFFICE_SIGNING_KEY", &key),
+                ("BOXOFFICE_QUEUE_SECRET", GOOD),
+            ],
+            "required arguments were not provided:\n  --service-token",
+        ),
+        (
+            &[
+                ("BOXOFFICE_SIGNING_KEY", &key),
+                ("BOXOFFICE_SERVICE_TOKEN", GOOD),
+            ],
+            "required arguments were not provided:\n  --queue-secret",
+        ),
+        (
+            &[
+                ("BOXOFFICE_SIGNING_KEY", &key),
+                ("BOXOFFICE_SERVICE_TOKEN", GOOD),
+                (
+                    "BOXOFFICE_QUEUE_SECRET",
+                    "dev-queue-secret-change-me-0123456789",
+                ),
+            ],
+            "well-known development value",
+        ),
+        (
+            &[
+                ("BOXOFFICE_SIGNING_KEY", &key),
+                ("BOXOFFICE_SERVICE_TOKEN", "short"),
+                ("BOXOFFICE_QUEUE_SECRET", GOOD),
+            ],
+            "at least 32 bytes",
+        ),
+    ];
+    for (env, why) in cases {
+        let out = gateway_binary(env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{env:?} started");
+        assert!(stderr.contains(why), "{env:?}: {stderr}");
+    }
+    // With the flag a development value passes the check (and the start then
+    // fails further on, at Redis on port 1).
+    let out = gateway_binary(&[
+        ("BOXOFFICE_SIGNING_KEY", &key),
+        ("BOXOFFICE_SERVICE_TOKEN", GOOD),
+        (
+            "BOXOFFICE_QUEUE_SECRET",
+            "dev-queue-secret-change-me-0123456789",
+        ),
+        ("BOXOFFICE_ALLOW_DEV_SECRETS", "true"),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Redis"), "{stderr}");
+    assert!(!stderr.contains("well-known"), "{stderr}");
+}
+
+/// `--help` shows where a secret comes from, never its value.
+#[test]
+fn help_never_prints_a_secret() {
+    let help = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .arg("--help")
+        .env(
+            "BOXOFFICE_SERVICE_TOKEN",
+            "service-token-value-do-not-print",
+        )
+        .env(
+            "BOXOFFICE_SERVICE_TOKENS_ACCEPTED",
+            "accepted-token-value-do-not-print",
+        )
+        .env("BOXOFFICE_QUEUE_SECRET", "queue-secret-value-do-not-print")
+        .env(
+            "REDIS_URL",
+            "rediss://default:redis-password-do-not-print@cache:6380",
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("BOXOFFICE_SERVICE_TOKEN"), "{text}");
+    assert!(!text.contains("do-not-print"), "{text}");
+}
+
+/// An admitted fan cannot buy once ops have closed the sale.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_closed_sale_sells_nothing(options: PgPoolOptions, connect: PgConnectOptions) {
+    let stack = Stack::start_with(options, connect, false).await;
+    stack.create_event("shut", 10, 50.0, 2).await;
+    let (_, joined) = stack.join("shut", "fan-1").await;
+    let access = stack
+        .wait_admitted("shut", joined["queue_ticket"].as_str().unwrap())
+        .await;
+    let (status, body) = status_of(
+        stack
+            .http
+            .patch(format!("{}/admin/v1/events/shut", stack.admission))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({ "state": "closed" })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, problem) = stack.buy("shut", &access, 1, None).await;
+    assert_eq!(status, StatusCode::GONE, "{problem}");
+    assert_eq!(
+        problem["type"].as_str().map(|t| t.ends_with("/closed")),
+        Some(true),
+        "{problem}"
+    );
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&stack.pool)
+        .await
+        .unwrap();
+    assert_eq!(orders, 0);
+    stack.stop().await;
+}
+
+/// The pages cannot be framed (clickjacking), sniffed into another type, or
+/// run script the page did not ship (an injected inline script is refused by
+/// the browser: only the page's own inline blocks are allowed, by hash).
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn pages_carry_a_content_security_policy_and_refuse_framing(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    for url in [
+        format!("{}/", stack.gateway),
+        format!("{}/admin/", stack.admission),
+    ] {
+        let response = stack.http.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{url}");
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default()
+        };
+        let csp = header("content-security-policy");
+        assert!(csp.contains("frame-ancestors 'none'"), "{url}: {csp}");
+        assert!(csp.contains("default-src 'none'"), "{url}: {csp}");
+        assert!(
+            !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+            "{url}: {csp}"
+        );
+        assert_eq!(header("x-content-type-options"), "nosniff", "{url}");
+        assert_eq!(header("x-frame-options"), "DENY", "{url}");
+        assert_eq!(header("referrer-policy"), "no-referrer", "{url}");
+    }
+    stack.stop().await;
+}
