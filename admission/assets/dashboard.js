@@ -173,6 +173,14 @@ async function poll() {
       renderTiles(history.samples[history.samples.length - 1]);
     }
   } catch (error) {
+    if (error.status === 401 || error.status === 429) {
+      // A token that stopped working (rotated): stop asking, each refusal
+      // counts against this address's admin lockout.
+      clearInterval(poller);
+      say("The admin token was refused; enter it again.", "error");
+      $("login").hidden = false;
+      return;
+    }
     say("Cannot read the event: " + error.message, "error");
   }
 }

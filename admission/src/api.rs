@@ -101,6 +101,7 @@ async fn require_admin(State(state): State<AppState>, request: Request, next: Ne
     }
     match auth::bearer(request.headers()) {
         Some(token) if auth::same_secret(token.as_bytes(), state.config.admin_token.as_bytes()) => {
+            state.lockout.succeeded(client);
             next.run(request).await
         }
         _ => {

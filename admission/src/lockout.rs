@@ -56,6 +56,14 @@ impl Lockout {
         (window.failures >= self.max_failures && !left.is_zero()).then_some(left)
     }
 
+    /// The client sent the right token: its failures are forgotten.
+    pub fn succeeded(&self, ip: IpAddr) {
+        self.clients
+            .lock()
+            .expect("lockout lock")
+            .remove(&client_key(ip));
+    }
+
     /// Counts a failed attempt.
     pub fn failed(&self, ip: IpAddr, now: Instant) {
         let mut clients = self.clients.lock().expect("lockout lock");
@@ -89,6 +97,15 @@ mod tests {
             lockout.failed(a, t0);
         }
         assert_eq!(lockout.locked(a, t0), None, "two failures of three allowed");
+        lockout.succeeded(a);
+        for _ in 0..2 {
+            lockout.failed(a, t0);
+        }
+        assert_eq!(
+            lockout.locked(a, t0),
+            None,
+            "the right token reset the count"
+        );
         lockout.failed(a, t0);
         assert_eq!(lockout.locked(a, t0), Some(Duration::from_secs(60)));
         assert_eq!(lockout.locked(b, t0), None, "another client is not locked");

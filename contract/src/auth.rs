@@ -178,25 +178,31 @@ pub fn check_secret(name: &'static str, value: &str, dev: bool) -> Result<(), Se
     Ok(())
 }
 
-/// A connection URL fit for a log line or an error: any password replaced by `***`.
+/// A connection URL fit for a log line or an error: any password replaced by
+/// `***`. Errs toward hiding: everything before the last `@` counts as the
+/// user part (a password may hold an unencoded `/`, `?` or `#`), and a
+/// libpq `key=value` string has its `password=` masked.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        return url
+            .split(' ')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if key.to_ascii_lowercase().contains("pass") => format!("{key}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
+    match rest.rsplit_once('@') {
+        Some((userinfo, after)) => {
+            let masked = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => userinfo.to_owned(),
             };
             // A password may also ride in the query (`?password=`).
-            format!("{scheme}://{masked}@{host}{}", redact_query(tail))
+            format!("{scheme}://{masked}@{}", redact_query(after))
         }
-        None => format!("{scheme}://{authority}{}", redact_query(tail)),
+        None => format!("{scheme}://{}", redact_query(rest)),
     }
 }
 
@@ -307,6 +313,11 @@ mod tests {
             ),
             ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"),
             ("not a url", "not a url"),
+            ("postgres://bo:ab/cd?e#f@db/x", "postgres://bo:***@db/x"),
+            (
+                "host=db user=bo password=s3cret dbname=x",
+                "host=db user=bo password=*** dbname=x",
+            ),
         ] {
             assert_eq!(redact_url(url), want, "{url}");
         }

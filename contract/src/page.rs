@@ -15,7 +15,9 @@ fn inline_hashes(html: &str, tag: &str) -> Vec<String> {
     while let Some(start) = rest.find(&open) {
         let body = &rest[start + open.len()..];
         let Some(end) = body.find(&close) else { break };
-        let digest = Sha256::digest(&body.as_bytes()[..end]);
+        // Browsers hash the block with its line breaks normalized to LF.
+        let block = body[..end].replace("\r\n", "\n").replace('\r', "\n");
+        let digest = Sha256::digest(block.as_bytes());
         hashes.push(format!(
             "'sha256-{}'",
             base64::engine::general_purpose::STANDARD.encode(digest)
@@ -81,5 +83,7 @@ mod tests {
         );
         assert!(policy.contains("frame-ancestors 'none'"));
         assert!(!policy.contains("unsafe-inline"));
+        let crlf = content_security_policy("<script>a()\r\nb()</script>");
+        assert!(crlf.contains(&hash("a()\nb()")), "{crlf}");
     }
 }

@@ -286,6 +286,17 @@ async fn pass_on(response: reqwest::Response) -> Problem {
     let status = response.status();
     match response.json::<Problem>().await {
         Ok(problem) if problem.slug() == "seats-held" => problem.retry_after(SEATS_HELD_RETRY_S),
+        // The order service refusing the gateway is our misconfiguration (a
+        // service token that does not match), never the fan's fault: a 503,
+        // so the fan retries with the same admission.
+        _ if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN => {
+            tracing::error!(%status, "the order service refused the gateway's service token");
+            Problem::unavailable(
+                "upstream-unavailable",
+                "the order service is unavailable; retry with the same Idempotency-Key",
+                2,
+            )
+        }
         Ok(problem) if status.is_client_error() => problem,
         _ => {
             tracing::warn!(%status, "order service failed");
@@ -427,4 +438,37 @@ async fn get_tickets(
         pdf,
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, slug: &str) -> reqwest::Response {
+        let body = serde_json::to_vec(&Problem::new(
+            StatusCode::from_u16(status).unwrap(),
+            slug,
+            "detail",
+        ))
+        .unwrap();
+        axum::http::Response::builder()
+            .status(status)
+            .body(body)
+            .unwrap()
+            .into()
+    }
+
+    #[tokio::test]
+    async fn a_refused_service_token_is_a_503_never_the_fans_problem() {
+        for status in [401, 403] {
+            let problem = pass_on(answer(status, "unauthorized")).await;
+            assert_eq!(
+                problem.status_code(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{status}"
+            );
+        }
+        let problem = pass_on(answer(410, "sold-out")).await;
+        assert_eq!(problem.status_code(), StatusCode::GONE);
+    }
 }
