@@ -446,3 +446,105 @@ async fn pages_carry_a_content_security_policy_and_refuse_framing(
     }
     stack.stop().await;
 }
+
+/// Whoever can write to `order-events` cannot mint tickets: a forged
+/// confirmation (an order PostgreSQL does not have, a real one with more
+/// seats than it bought, a declined one) is dead-lettered, and no ticket is
+/// written.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_forged_confirmation_on_the_topic_mints_no_tickets(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    use boxoffice_contract::envelope::{CloudEvent, OrderConfirmed, ORDER_CONFIRMED_V1};
+    use rdkafka::producer::FutureRecord;
+
+    let stack = Stack::start(options, connect).await;
+    stack.create_event("forge", 10, 50.0, 2).await;
+    let (_, joined) = stack.join("forge", "fan-1").await;
+    let access = stack
+        .wait_admitted("forge", joined["queue_ticket"].as_str().unwrap())
+        .await;
+    let (_, bought) = stack.buy("forge", &access, 1, None).await;
+    let order_id = bought["order_id"].as_str().unwrap().to_owned();
+    stack
+        .wait_ticketed(&order_id, bought["order_token"].as_str().unwrap())
+        .await;
+
+    // A second fan's card is declined: that order fails, unpaid.
+    stack.knobs(json!({ "decline_rate": 1.0 })).await;
+    let (_, joined) = stack.join("forge", "fan-2").await;
+    let access = stack
+        .wait_admitted("forge", joined["queue_ticket"].as_str().unwrap())
+        .await;
+    let (_, declined) = stack.buy("forge", &access, 1, None).await;
+    let declined_id = declined["order_id"].as_str().unwrap().to_owned();
+    for _ in 0..300 {
+        let (_, order) = stack
+            .order(&declined_id, declined["order_token"].as_str().unwrap())
+            .await;
+        if order["status"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    let real: uuid::Uuid = order_id.parse().unwrap();
+    let confirmation = |order_id, fan: &str, quantity, first_seat| OrderConfirmed {
+        order_id,
+        event_id: "forge".into(),
+        fan_id: fan.into(),
+        quantity,
+        first_seat,
+        amount_cents: 0,
+    };
+    let forged = [
+        // An order nobody placed.
+        confirmation(uuid::Uuid::now_v7(), "mallory", 2, 3),
+        // The real order, claiming four more seats (free ones).
+        confirmation(real, "fan-1", 4, 5),
+        // The declined order, as if it had been paid.
+        confirmation(declined_id.parse().unwrap(), "fan-2", 1, 9),
+    ];
+    let producer = order_service::kafka::producer(&common::brokers()).unwrap();
+    for order in &forged {
+        let event = CloudEvent::new(
+            ORDER_CONFIRMED_V1,
+            order.order_id.to_string(),
+            order.clone(),
+        );
+        producer
+            .send(
+                FutureRecord::to(&stack.topic)
+                    .key(&order.order_id.to_string())
+                    .payload(&serde_json::to_vec(&event).unwrap()),
+                std::time::Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    // Wait until the workers have taken (and committed) everything.
+    let group = stack.topic.replace("order-events-", "ticket-issuer-");
+    let probe =
+        order_service::health::BrokerProbe::new(&common::brokers(), &group, &stack.topic).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let lag = probe.lag().await;
+        if matches!(&lag, Ok(p) if !p.is_empty() && p.iter().all(|(_, lag)| *lag == 0)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never consumed: {lag:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let tickets: Vec<(uuid::Uuid, i64)> =
+        sqlx::query_as("SELECT order_id, count(*) FROM tickets GROUP BY order_id")
+            .fetch_all(&stack.pool)
+            .await
+            .unwrap();
+    assert_eq!(tickets, [(real, 1)], "only the real order's one ticket");
+    stack.stop().await;
+}

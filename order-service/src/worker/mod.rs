@@ -147,6 +147,26 @@ pub async fn handle(
     if !fresh {
         return Ok(Outcome::Duplicate);
     }
+    // Tickets only for an order PostgreSQL holds as confirmed, as the event
+    // says it: a forged or altered message on the topic mints nothing.
+    let known: Option<(String, String, i32, Option<i32>)> = sqlx::query_as(
+        "SELECT event_id, status, quantity, first_seat FROM orders WHERE order_id = $1",
+    )
+    .bind(data.order_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let expected = (
+        data.event_id.clone(),
+        "confirmed".to_owned(),
+        data.quantity,
+        Some(data.first_seat),
+    );
+    if known.as_ref() != Some(&expected) {
+        return Err(HandleError::Fatal(format!(
+            "order {} is not a confirmed order of event {} with {} seats from seat {} (the database has {known:?})",
+            data.order_id, data.event_id, data.quantity, data.first_seat
+        )));
+    }
     let event_name: String = sqlx::query_scalar("SELECT name FROM events WHERE event_id = $1")
         .bind(&data.event_id)
         .fetch_optional(&mut *tx)
