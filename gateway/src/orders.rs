@@ -116,7 +116,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
         (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`invalid-token`", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "`wrong-event`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`token-used`; `seats-held` (no seat free now, some held by fans paying may come back: retry after `Retry-After` with the same token)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`token-used`; `fan-limit-reached` (the fan's orders of this event already hold `per_fan_limit` seats, counted across admissions; failed orders aside); `seats-held` (no seat free now, some held by fans paying may come back: retry after `Retry-After` with the same token)", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "`sold-out`, `closed` (ops closed the sale)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`payload-too-large`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),

@@ -548,3 +548,47 @@ async fn a_forged_confirmation_on_the_topic_mints_no_tickets(
     assert_eq!(tickets, [(real, 1)], "only the real order's one ticket");
     stack.stop().await;
 }
+
+/// A fresh admission of `fan_id`: its access token.
+async fn admitted(stack: &Stack, event_id: &str, fan_id: &str) -> String {
+    let (status, joined) = stack.join(event_id, fan_id).await;
+    assert!(status.is_success(), "{joined}");
+    stack
+        .wait_admitted(event_id, joined["queue_ticket"].as_str().unwrap())
+        .await
+}
+
+/// The per-fan limit is a limit on seats per fan per event across all
+/// orders: a fan that bought its limit, joined again and was admitted again
+/// cannot buy more (PostgreSQL counts, not the admission).
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_fan_cannot_buy_past_its_limit_by_joining_again(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    stack.create_event("greedy", 10, 50.0, 2).await;
+    let first = admitted(&stack, "greedy", "fan-1").await;
+    let (status, body) = stack.buy("greedy", &first, 2, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    let second = admitted(&stack, "greedy", "fan-1").await;
+    assert_ne!(first, second, "a second admission");
+    let (status, problem) = stack.buy("greedy", &second, 1, None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(
+        problem["type"]
+            .as_str()
+            .map(|t| t.ends_with("/fan-limit-reached")),
+        Some(true),
+        "{problem}"
+    );
+    let seats: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(quantity), 0) FROM orders WHERE event_id = 'greedy' AND fan_id = 'fan-1'",
+    )
+    .fetch_one(&stack.pool)
+    .await
+    .unwrap();
+    assert_eq!(seats, 2, "the fan holds its limit, no more");
+    stack.stop().await;
+}

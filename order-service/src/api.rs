@@ -313,6 +313,13 @@ async fn place_order(
             }
             Ok((StatusCode::OK, axum::Json(OrderView::new(order, 0))).into_response())
         }
+        Placed::FanLimit { held, limit } => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "fan-limit-reached",
+            format!(
+                "a fan may buy {limit} seats of this event; this fan's orders already hold {held}"
+            ),
+        )),
         Placed::SoldOut(stock) => {
             state.stock.publish(&req.event_id, stock).await;
             let free = stock.remaining();

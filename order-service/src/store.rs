@@ -151,6 +151,9 @@ pub enum Placed {
     Existing(Order, Option<String>),
     /// Not enough seats left; nothing was written.
     SoldOut(Stock),
+    /// The fan's orders of this event (failed ones aside) already hold
+    /// `held` of the `limit` seats one fan may buy; nothing was written.
+    FanLimit { held: i64, limit: i64 },
 }
 
 /// Who buys: the admission (the access token's `jti`) and the key the
@@ -205,11 +208,34 @@ pub async fn place_order(
         return Ok(Placed::Existing(found.order, found.idempotency_key));
     }
     let mut tx = pool.begin().await?;
-    let price: i64 = sqlx::query_scalar("SELECT price_cents FROM events WHERE event_id = $1")
+    let (price, limit): (i64, Option<i64>) = sqlx::query_as(
+        "SELECT price_cents, (settings->>'per_fan_limit')::bigint FROM events WHERE event_id = $1",
+    )
+    .bind(event_id)
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or(StoreError::UnknownEvent)?;
+    // The per-fan limit spans every order of the fan at this event, however
+    // many times it was admitted; one fan's purchases take turns here.
+    if let Some(limit) = limit.filter(|l| *l > 0) {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
+            .bind(event_id)
+            .bind(fan_id)
+            .execute(&mut *tx)
+            .await?;
+        let held: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(quantity), 0) FROM orders
+             WHERE event_id = $1 AND fan_id = $2 AND status NOT IN ('failed', 'cancelled')",
+        )
         .bind(event_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(StoreError::UnknownEvent)?;
+        .bind(fan_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if held + i64::from(quantity) > limit {
+            tx.rollback().await?;
+            return Ok(Placed::FanLimit { held, limit });
+        }
+    }
     let held: Option<Stock> = sqlx::query_as(
         "UPDATE inventory SET reserved = reserved + $2, version = version + 1
          WHERE event_id = $1 AND reserved + sold + $2 <= capacity
