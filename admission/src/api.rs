@@ -340,7 +340,7 @@ pub struct EventView {
         (status = 200, description = "Replaced", body = EventView),
         (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`capacity-below-sold`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`capacity-below-sold`; `seed-published` (the event has opened, so its shuffle seed is public: `opens_at` cannot move into the future again)", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid-field`, `invalid-body`", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
@@ -353,6 +353,25 @@ async fn put_event(
 ) -> Result<Response, Problem> {
     check_event_id(&event_id)?;
     let mut config = spec.validate()?;
+    // A replaced event keeps its shuffle seed: its commitment may already be public.
+    let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
+    let mut redis = state.redis.clone();
+    let (seed, opened_ms): (Option<String>, Option<i64>) = redis
+        .hget(keys.config(), &["seed", "opens_at_ms"])
+        .await
+        .map_err(redis_down)?;
+    let existed = seed.is_some();
+    // Once the event has opened its seed is public: a new opening in the
+    // future would let fans who join its prequeue pick ids that land first.
+    let now = now_ms();
+    if opened_ms.is_some_and(|at| at <= now) && config.opens_at_ms > now {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "seed-published",
+            "this event has opened and its shuffle seed is public; a new opens_at in the \
+             future would let new prequeue fans choose their place: create a new event instead",
+        ));
+    }
     // Inventory first: Postgres is the truth, and it refuses a capacity below what is sold.
     let url = format!(
         "{}/internal/events/{event_id}",
@@ -382,14 +401,6 @@ async fn put_event(
         tracing::warn!(%status, %problem, "order service refused the event");
         return Err(problem);
     }
-    let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
-    let mut redis = state.redis.clone();
-    // A replaced event keeps its shuffle seed: its commitment may already be public.
-    let seed: Option<String> = redis
-        .hget(keys.config(), "seed")
-        .await
-        .map_err(redis_down)?;
-    let existed = seed.is_some();
     if let Some(seed) = seed.filter(|s| !s.is_empty()) {
         config.shuffle_seed = seed;
     }

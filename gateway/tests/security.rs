@@ -592,3 +592,55 @@ async fn a_fan_cannot_buy_past_its_limit_by_joining_again(
     assert_eq!(seats, 2, "the fan holds its limit, no more");
     stack.stop().await;
 }
+
+/// Once an event has opened its shuffle seed is public; moving `opens_at`
+/// into the future again would let new prequeue fans pick ids that land
+/// first, so it is refused, and the published seed stays the event's.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_opened_event_cannot_be_rescheduled_to_reuse_its_public_seed(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    stack.create_event("again", 10, 50.0, 2).await;
+    let event = |stack: &Stack| {
+        stack
+            .http
+            .get(format!("{}/v1/events/again", stack.gateway))
+            .send()
+    };
+    let before: Value = event(&stack).await.unwrap().json().await.unwrap();
+    let seed = before["shuffle_seed"]
+        .as_str()
+        .expect("published once open")
+        .to_owned();
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    let (status, problem) = status_of(
+        stack
+            .http
+            .put(format!("{}/admin/v1/events/again", stack.admission))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({
+                "name": "Again", "capacity": 10, "opens_at": later,
+                "prequeue_at": later - chrono::Duration::minutes(30),
+                "admission_rate_per_s": 50.0, "per_fan_limit": 2,
+            })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(
+        problem["type"]
+            .as_str()
+            .map(|t| t.ends_with("/seed-published")),
+        Some(true),
+        "{problem}"
+    );
+    let after: Value = event(&stack).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        after["shuffle_seed"],
+        seed.as_str(),
+        "still open, same seed: {after}"
+    );
+    assert_eq!(after["shuffle_commitment"], before["shuffle_commitment"]);
+    stack.stop().await;
+}
