@@ -24,7 +24,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use boxoffice_contract::auth;
 use boxoffice_contract::capacity::{self, Demand, Plan};
-use boxoffice_contract::event::{now_ms, Adaptive, EventConfig, EventState, SeatView, FIFO_BASE};
+use boxoffice_contract::event::{
+    now_ms, Adaptive, EventConfig, EventState, Identity, SeatView, FIFO_BASE,
+};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{events_key, valid_event_id, EventKeys};
 use boxoffice_contract::openapi::{self, AdminSecurity};
@@ -169,6 +171,11 @@ pub struct EventSpec {
     /// Optional: proof of work asked of each join, in leading zero bits (0-24).
     #[serde(default)]
     pub pow_bits: u8,
+    /// Optional: who a fan is. `declared` (default: the id the client
+    /// sends), `anonymous` (the gateway names each fan in its signed queue
+    /// ticket) or `account` (an identity token from the site's login).
+    #[serde(default)]
+    pub identity: Identity,
 }
 
 /// Highest proof-of-work difficulty: about 16 million hashes on average.
@@ -272,6 +279,7 @@ impl EventSpec {
                 .map(|a| check_adaptive(&a).map(|()| a))
                 .transpose()?,
             pow_bits: check_pow(self.pow_bits).map(|()| self.pow_bits)?,
+            identity: self.identity,
         })
     }
 }
@@ -314,6 +322,7 @@ pub struct EventView {
     pub paused: bool,
     pub adaptive: Option<Adaptive>,
     pub pow_bits: u8,
+    pub identity: Identity,
     pub queue_length: u64,
     pub active: u64,
     pub admitted_total: u64,
@@ -629,6 +638,7 @@ pub(crate) async fn view(state: &AppState, event_id: &str) -> Result<EventView, 
         paused: config.paused,
         adaptive: config.adaptive,
         pow_bits: config.pow_bits,
+        identity: config.identity,
         queue_length,
         active,
         admitted_total: admitted_total.unwrap_or(0),

@@ -73,6 +73,43 @@ pub struct EventConfig {
     pub adaptive: Option<Adaptive>,
     /// Proof of work asked of each join: leading zero bits, 0 for none.
     pub pow_bits: u8,
+    /// Who a fan is at this event.
+    pub identity: Identity,
+}
+
+/// Who a fan is, per event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Identity {
+    /// The fan id the client sends (load tests, trusted kiosks): anyone who
+    /// knows a fan's id can act as that fan.
+    #[default]
+    Declared,
+    /// The gateway makes the fan's id on the first join and puts it only in
+    /// the signed queue ticket; a repeat join keeps its place only with it.
+    Anonymous,
+    /// The join carries an identity token from the ticketing site's login
+    /// (a JWT checked against the configured JWKS); its `sub` is the fan.
+    Account,
+}
+
+impl Identity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Declared => "declared",
+            Self::Anonymous => "anonymous",
+            Self::Account => "account",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "" | "declared" => Some(Self::Declared),
+            "anonymous" => Some(Self::Anonymous),
+            "account" => Some(Self::Account),
+            _ => None,
+        }
+    }
 }
 
 /// Adaptive admission: additive increase while the purchase pipeline is
@@ -159,6 +196,7 @@ impl EventConfig {
             shuffle_seed: new_seed(),
             adaptive: None,
             pow_bits: 0,
+            identity: Identity::Declared,
         }
     }
 
@@ -185,6 +223,7 @@ impl EventConfig {
                     .unwrap_or_default(),
             ),
             ("pow_bits", self.pow_bits.to_string()),
+            ("identity", self.identity.as_str().to_owned()),
         ]
     }
 
@@ -209,6 +248,7 @@ impl EventConfig {
                 .get("adaptive")
                 .and_then(|v| serde_json::from_str(v).ok()),
             pow_bits: num("pow_bits").unwrap_or(0.0) as u8,
+            identity: Identity::parse(fields.get("identity").map_or("", String::as_str))?,
         })
     }
 
@@ -264,6 +304,7 @@ mod tests {
                 max_consumer_lag: 7,
             }),
             pow_bits: 12,
+            identity: Identity::Anonymous,
         }
     }
 

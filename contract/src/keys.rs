@@ -62,6 +62,10 @@ impl EventKeys {
     pub fn jti(&self, jti: &str) -> String {
         self.key(&format!("jti:{jti}"))
     }
+    /// A proof-of-work challenge already spent on an anonymous join.
+    pub fn pow_used(&self, challenge: &str) -> String {
+        self.key(&format!("pow:{challenge}"))
+    }
 }
 
 /// The set of event ids the admission loop ticks.

@@ -42,6 +42,16 @@ pub struct Config {
     pub queue_secret: String,
     #[command(flatten)]
     pub service: boxoffice_contract::auth::ServiceTokenArgs,
+    /// The ticketing site's JWKS (a file, or an `https://` URL read at
+    /// start) that verifies identity tokens of `account` events.
+    #[arg(long, env = "BOXOFFICE_IDENTITY_JWKS")]
+    pub identity_jwks: Option<String>,
+    /// The `iss` identity tokens must carry.
+    #[arg(long, env = "BOXOFFICE_IDENTITY_ISSUER", default_value = "")]
+    pub identity_issuer: String,
+    /// The `aud` identity tokens must carry (the site's id for BoxOffice).
+    #[arg(long, env = "BOXOFFICE_IDENTITY_AUDIENCE", default_value = "")]
+    pub identity_audience: String,
     /// `iss` of every token.
     #[arg(long, env = "BOXOFFICE_ISSUER", default_value = "boxoffice")]
     pub issuer: String,

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use boxoffice_contract::event::{now_ms, seed_commitment, EventConfig, EventState, SeatView};
+use boxoffice_contract::event::{
+    now_ms, seed_commitment, EventConfig, EventState, Identity, SeatView,
+};
 use boxoffice_contract::extract::Path;
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
 use boxoffice_contract::openapi;
@@ -45,6 +47,10 @@ pub struct EventInfo {
     /// The seed itself, published once the event opens, so anyone can
     /// recompute the prequeue order and check it against the commitment.
     pub shuffle_seed: Option<String>,
+    /// How a join names its fan: `declared` (send `fan_id`), `anonymous`
+    /// (send nothing; join again with the queue ticket to keep the place) or
+    /// `account` (send the site login's `identity_token`).
+    pub identity: Identity,
 }
 
 /// An event as fans see it: state, when it opens, seats left (a hint), line length.
@@ -81,6 +87,7 @@ async fn get_event(
         event_id,
         state: config.state(now, SeatView::new(remaining, held)),
         shuffle_commitment: seed_commitment(&config.shuffle_seed),
+        identity: config.identity,
         shuffle_seed: (now >= config.opens_at_ms).then(|| config.shuffle_seed.clone()),
         opens_at: DateTime::<Utc>::from_timestamp_millis(config.opens_at_ms).unwrap_or_default(),
         name: config.name,

@@ -17,6 +17,7 @@ pub mod cache;
 pub mod config;
 pub mod edge;
 pub mod events;
+pub mod identity;
 pub mod orders;
 pub mod per_fan;
 pub mod pow;
@@ -58,6 +59,8 @@ pub struct Shared {
     pub scripts: Arc<Scripts>,
     pub events: Arc<cache::EventCache>,
     pub per_fan: Arc<per_fan::PerFan>,
+    /// The site login's keys, for `account` events (unset: such joins get 503).
+    pub identity: std::sync::OnceLock<identity::IdentityProvider>,
 }
 
 /// The Lua scripts of the hot paths, loaded once (EVALSHA after the first call).
@@ -76,7 +79,24 @@ impl AppState {
             config.per_fan_rate,
             config.per_fan_burst,
         ));
+        // A JWKS file is read here; a URL is fetched by the caller (see main).
+        let identity = std::sync::OnceLock::new();
+        if let Some(source) = config
+            .identity_jwks
+            .as_deref()
+            .filter(|s| !identity::is_url(s))
+        {
+            let jwks = std::fs::read_to_string(source)
+                .map_err(|e| anyhow::anyhow!("reading BOXOFFICE_IDENTITY_JWKS {source}: {e}"))?;
+            let provider = identity::IdentityProvider::from_jwks(
+                &jwks,
+                &config.identity_issuer,
+                &config.identity_audience,
+            )?;
+            identity.set(provider).ok();
+        }
         Ok(Self(Arc::new(Shared {
+            identity,
             per_fan,
             redis,
             keys,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use boxoffice_contract::event::{now_ms, prequeue_score};
+use boxoffice_contract::event::{now_ms, prequeue_score, Identity};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
 use boxoffice_contract::token::{admission_jti, now_s, Claims, TokenUse};
@@ -54,10 +54,89 @@ fn eta_seconds(position: i64, rate: f64) -> Option<u64> {
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct JoinRequest {
-    pub fan_id: String,
+    /// `declared` events only (and required there): 1-64 of `[A-Za-z0-9._@+-]`.
+    #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9._@+-]{1,64}$")]
+    pub fan_id: Option<String>,
+    /// `account` events only (and required there): the identity token the
+    /// ticketing site's login issued (a JWT; its `sub` is the fan).
+    #[serde(default)]
+    pub identity_token: Option<String>,
     /// Required when the event asks for proof of work.
     #[serde(default)]
     pub pow: Option<pow::Solution>,
+}
+
+fn not_accepted(what: &str) -> Problem {
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "fan-id-not-accepted",
+        format!("this event names its fans itself: send no fan_id ({what})"),
+    )
+}
+
+/// Who joins: per the event's identity mode (see [`Identity`]).
+fn fan_of(
+    state: &AppState,
+    event_id: &str,
+    identity: Identity,
+    request: &JoinRequest,
+    headers: &HeaderMap,
+) -> Result<String, Problem> {
+    match identity {
+        Identity::Declared => match &request.fan_id {
+            Some(id) if valid_fan_id(id) => Ok(id.clone()),
+            _ => Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-fan-id",
+                "fan_id must be 1-64 characters of A-Z, a-z, 0-9 and . _ @ + -",
+            )),
+        },
+        Identity::Anonymous => {
+            if request.fan_id.is_some() {
+                return Err(not_accepted(
+                    "to keep your place, join again with your queue ticket as Authorization: Bearer",
+                ));
+            }
+            match bearer(headers) {
+                // A repeat join: the place belongs to whoever holds its ticket.
+                Some(ticket) => state
+                    .keys
+                    .verify(ticket, TokenUse::Queue, Some(event_id))
+                    .map(|claims| claims.sub)
+                    .map_err(|error| {
+                        tracing::debug!(%error, "queue ticket refused on a join");
+                        Problem::unauthorized("invalid-ticket", "invalid queue ticket")
+                    }),
+                None => Ok(format!("anon-{}", uuid::Uuid::new_v4().simple())),
+            }
+        }
+        Identity::Account => {
+            if request.fan_id.is_some() {
+                return Err(not_accepted("it comes from your identity_token"));
+            }
+            let Some(token) = &request.identity_token else {
+                return Err(Problem::unauthorized(
+                    "identity-required",
+                    "this event wants the identity token of your ticketing-site login as identity_token",
+                ));
+            };
+            let Some(provider) = state.identity.get() else {
+                tracing::error!(
+                    event_id,
+                    "an account event, but no BOXOFFICE_IDENTITY_JWKS is set"
+                );
+                return Err(Problem::unavailable(
+                    "identity-unavailable",
+                    "sign-in cannot be checked right now",
+                    30,
+                ));
+            };
+            provider
+                .verify(token)
+                .map_err(|_| Problem::unauthorized("invalid-identity", "invalid identity token"))
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -130,7 +209,20 @@ fn sold_out() -> Problem {
     Problem::new(StatusCode::GONE, "sold-out", "every seat is sold")
 }
 
-/// Joins the line (idempotent per fan: a repeat join keeps the place).
+/// A declared fan id that can never be valid, whatever the event's mode
+/// (the mode itself is checked once the event is read).
+fn config_free_check(request: &JoinRequest) -> bool {
+    request
+        .fan_id
+        .as_deref()
+        .is_some_and(|id| !valid_fan_id(id))
+}
+
+/// Joins the line (idempotent per fan: a repeat join keeps the place). Who
+/// the fan is follows the event's `identity`: the `fan_id` sent
+/// (`declared`), the queue ticket sent as `Authorization: Bearer` on a
+/// repeat join, or a new fan on a first one (`anonymous`), or the
+/// `identity_token`'s `sub` (`account`).
 #[utoipa::path(
     post,
     path = "/v1/events/{event_id}/queue",
@@ -145,7 +237,8 @@ fn sold_out() -> Problem {
         (status = 409, description = "`not-open` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "`sold-out`, `closed`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid-body`, `invalid-fan-id`, `invalid-proof-of-work`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`invalid-ticket` (anonymous: a repeat join's ticket), `identity-required`, `invalid-identity` (account)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid-body`, `invalid-fan-id`, `fan-id-not-accepted` (anonymous and account events name their fans), `invalid-proof-of-work`", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "`proof-of-work-required`: solve `GET …/challenge` first", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "`room-full`, `rate-limited` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`overloaded`, `upstream-unavailable` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
@@ -154,19 +247,22 @@ fn sold_out() -> Problem {
 async fn join(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
+    headers: HeaderMap,
     Json(request): Json<JoinRequest>,
 ) -> Result<Response, Problem> {
     let keys = event_keys(&state, &event_id)?;
-    if !valid_fan_id(&request.fan_id) {
+    // A declared fan id is checked before any Redis work.
+    if config_free_check(&request) {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid-fan-id",
             "fan_id must be 1-64 characters of A-Z, a-z, 0-9 and . _ @ + -",
         ));
     }
-    state.per_fan.check(&event_id, &request.fan_id)?;
     let event = edge_event(&state, &keys, &event_id).await?;
     let config = &event.config;
+    let fan_id = fan_of(&state, &event_id, config.identity, &request, &headers)?;
+    state.per_fan.check(&event_id, &fan_id)?;
     let now = now_ms();
     if config.closed {
         return Err(Problem::new(
@@ -178,7 +274,9 @@ async fn join(
     if event.sold_out() {
         return Err(sold_out());
     }
-    if config.pow_bits > 0 {
+    // A repeat anonymous join (with its ticket) already paid for its place.
+    let repeat_anonymous = config.identity == Identity::Anonymous && bearer(&headers).is_some();
+    if config.pow_bits > 0 && !repeat_anonymous {
         let Some(solution) = &request.pow else {
             return Err(Problem::new(
                 StatusCode::PRECONDITION_REQUIRED,
@@ -186,21 +284,45 @@ async fn join(
                 "this event asks for proof of work: GET /v1/events/{id}/challenge, solve it, send it as \"pow\"",
             ));
         };
+        let invalid = |detail: String| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-proof-of-work",
+                detail,
+            )
+        };
+        // A declared fan's work is bound to its id. Where the gateway names
+        // the fan, the client cannot know the id beforehand: the work is
+        // bound to the empty id, and each challenge is good for one join.
+        let declared = config.identity == Identity::Declared;
+        let bound_to = if declared { fan_id.as_str() } else { "" };
         pow::check(
             &state.keys,
             &event_id,
-            &request.fan_id,
+            bound_to,
             solution,
             config.pow_bits,
             now_s(),
         )
-        .map_err(|e| {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid-proof-of-work",
-                e.to_string(),
-            )
-        })?;
+        .map_err(|e| invalid(e.to_string()))?;
+        if !declared {
+            let mut redis = state.redis.clone();
+            let fresh = redis::cmd("SET")
+                .arg(keys.pow_used(&solution.challenge))
+                .arg(1)
+                .arg("NX")
+                .arg("EX")
+                .arg(pow::CHALLENGE_TTL_S + 10)
+                .query_async::<Option<String>>(&mut redis)
+                .await
+                .map_err(redis_down)?
+                .is_some();
+            if !fresh {
+                return Err(invalid(
+                    "this challenge was already used: get a new one".into(),
+                ));
+            }
+        }
     }
     if now < config.prequeue_at_ms {
         let wait_s = ((config.prequeue_at_ms - now) as u64).div_ceil(1000);
@@ -212,7 +334,7 @@ async fn join(
         .retry_after(wait_s));
     }
     let prequeue_score = if now < config.opens_at_ms {
-        prequeue_score(&config.shuffle_seed, &request.fan_id).to_string()
+        prequeue_score(&config.shuffle_seed, &fan_id).to_string()
     } else {
         String::new()
     };
@@ -225,7 +347,7 @@ async fn join(
         .key(keys.seq())
         .key(keys.active())
         .key(keys.joins())
-        .arg(&request.fan_id)
+        .arg(&fan_id)
         .arg(now)
         .arg(config.max_queue)
         .arg(prequeue_score)
@@ -253,7 +375,7 @@ async fn join(
     let ticket = Claims::new(
         state.keys.issuer(),
         &event_id,
-        &request.fan_id,
+        &fan_id,
         TokenUse::Queue,
         now_s(),
         state.config.queue_ticket_ttl_s,
@@ -264,7 +386,7 @@ async fn join(
         eta_seconds(position, event.rate())
     };
     let body = Joined {
-        fan_id: request.fan_id,
+        fan_id,
         state: if position == 0 { "admitted" } else { "waiting" }.to_owned(),
         position,
         eta_seconds: eta,

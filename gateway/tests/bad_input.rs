@@ -133,7 +133,7 @@ async fn every_bad_request_gets_its_problem_document(
         case("join: malformed JSON", Method::POST, format!("{g}/v1/events/ev/queue"), 400, "bad-request").json("{\"fan_id\":"),
         case("join: not JSON", Method::POST, format!("{g}/v1/events/ev/queue"), 415, "unsupported-media-type").raw("text/plain", "fan-1"),
         case("join: wrong type", Method::POST, format!("{g}/v1/events/ev/queue"), 422, "invalid-body").json("{\"fan_id\":5}"),
-        case("join: missing field", Method::POST, format!("{g}/v1/events/ev/queue"), 422, "invalid-body").json("{}"),
+        case("join: no fan id (a declared event)", Method::POST, format!("{g}/v1/events/ev/queue"), 422, "invalid-fan-id").json("{}"),
         case("join: bad fan id", Method::POST, format!("{g}/v1/events/ev/queue"), 422, "invalid-fan-id").json("{\"fan_id\":\"a b\"}"),
         case("join: unknown event", Method::POST, format!("{g}/v1/events/nope/queue"), 404, "unknown-event").json("{\"fan_id\":\"f\"}"),
         case("status: no ticket", Method::GET, format!("{g}/v1/events/ev/queue/status"), 401, "invalid-ticket"),

@@ -329,3 +329,74 @@ async fn the_fan_page_counts_down_to_the_opening_and_says_sold_out(
     browser.stop().await;
     stack.stop().await;
 }
+
+/// An `anonymous` event on the fan page: no fan id to type, the proof of
+/// work is bound to no id and spent once, and a reload keeps the fan's place
+/// (the page rejoins with its queue ticket instead of making a new fan).
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_anonymous_fan_keeps_its_place_across_a_reload(
+    pool_options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(pool_options, connect, false).await;
+    let opens_at = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let response = stack
+        .http
+        .put(format!("{}/admin/v1/events/anon", stack.admission))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({
+            "name": "Anonymous sale", "capacity": 10, "opens_at": opens_at,
+            // Nobody is admitted: the fan stays in line.
+            "admission_rate_per_s": 0.001, "identity": "anonymous", "pow_bits": 8,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "{:?}",
+        response.text().await
+    );
+    let queue_length = || async {
+        let event: serde_json::Value = stack
+            .http
+            .get(format!("{}/v1/events/anon", stack.gateway))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        event["queue_length"].as_u64().unwrap()
+    };
+
+    let browser = Browser::start().await;
+    for visit in 0..2 {
+        browser
+            .client
+            .goto(&format!("{}/?event=anon", stack.gateway))
+            .await
+            .unwrap();
+        browser
+            .wait_text("name", "Anonymous sale", Duration::from_secs(10))
+            .await;
+        let hidden = browser
+            .client
+            .execute("return document.getElementById('fan-field').hidden", vec![])
+            .await
+            .unwrap();
+        assert_eq!(hidden, true, "no fan id to type");
+        browser.click("#join").await;
+        browser
+            .wait_text("status", "You are in line", Duration::from_secs(30))
+            .await;
+        browser.screenshot(&format!("anonymous-{visit}")).await;
+        assert_eq!(
+            queue_length().await,
+            1,
+            "visit {visit}: still one fan in line"
+        );
+    }
+    browser.stop().await;
+    stack.stop().await;
+}

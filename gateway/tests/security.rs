@@ -644,3 +644,267 @@ async fn an_opened_event_cannot_be_rescheduled_to_reuse_its_public_seed(
     assert_eq!(after["shuffle_commitment"], before["shuffle_commitment"]);
     stack.stop().await;
 }
+
+/// Creates an open event with the settings in `extra` on top of the usual ones.
+async fn create_event_with(stack: &Stack, event_id: &str, extra: Value) {
+    let mut body = json!({
+        "name": format!("Test {event_id}"), "capacity": 10,
+        "opens_at": chrono::Utc::now() - chrono::Duration::seconds(1),
+        "admission_rate_per_s": 50.0, "max_active": 1000, "access_ttl_s": 120,
+        "per_fan_limit": 2, "max_queue": 10_000, "price_cents": 4_500,
+    });
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let (status, view) = status_of(
+        stack
+            .http
+            .put(format!("{}/admin/v1/events/{event_id}", stack.admission))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body),
+    )
+    .await;
+    assert!(status.is_success(), "{view}");
+}
+
+async fn join_with(
+    stack: &Stack,
+    event_id: &str,
+    body: Value,
+    ticket: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut request = stack
+        .http
+        .post(format!("{}/v1/events/{event_id}/queue", stack.gateway))
+        .json(&body);
+    if let Some(ticket) = ticket {
+        request = request.bearer_auth(ticket);
+    }
+    status_of(request).await
+}
+
+fn slug(problem: &Value) -> &str {
+    problem["type"]
+        .as_str()
+        .and_then(|t| t.rsplit('/').next())
+        .unwrap_or("")
+}
+
+/// `anonymous` events: a client-sent id is never an identity. Knowing or
+/// guessing a fan's id gets nothing: the gateway names each fan, and only
+/// the holder of a fan's queue ticket keeps (or reads) that fan's place.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_anonymous_fan_cannot_be_impersonated_by_its_id(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    create_event_with(
+        &stack,
+        "anon",
+        json!({ "identity": "anonymous", "admission_rate_per_s": 0.001 }),
+    )
+    .await;
+    create_event_with(&stack, "other", json!({})).await;
+
+    let (status, problem) = join_with(
+        &stack,
+        "anon",
+        json!({ "fan_id": "victim@example.com" }),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(slug(&problem), "fan-id-not-accepted");
+
+    let (status, first) = join_with(&stack, "anon", json!({}), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let fan = first["fan_id"].as_str().unwrap().to_owned();
+    assert!(fan.starts_with("anon-"), "{fan}");
+    let ticket = first["queue_ticket"].as_str().unwrap().to_owned();
+
+    // The ticket's holder keeps the place; anyone else is a new fan.
+    let (status, again) = join_with(&stack, "anon", json!({}), Some(&ticket)).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["fan_id"], fan.as_str());
+    assert_eq!(again["position"], first["position"]);
+    let (status, stranger) = join_with(&stack, "anon", json!({}), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{stranger}");
+    assert_ne!(stranger["fan_id"], fan.as_str());
+
+    // Another event's ticket (or a forged one) is no key to this line.
+    let (_, declared) = join_with(&stack, "other", json!({ "fan_id": fan }), None).await;
+    let foreign = declared["queue_ticket"].as_str().unwrap();
+    let (status, problem) = join_with(&stack, "anon", json!({}), Some(foreign)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
+    assert_eq!(slug(&problem), "invalid-ticket");
+    let public: Value = stack
+        .http
+        .get(format!("{}/v1/events/anon", stack.gateway))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(public["identity"], "anonymous");
+
+    // With proof of work, an anonymous join's work is bound to no fan id,
+    // so one solved challenge must not buy a second place.
+    create_event_with(
+        &stack,
+        "anonpow",
+        json!({ "identity": "anonymous", "pow_bits": 8, "admission_rate_per_s": 0.001 }),
+    )
+    .await;
+    let challenge: Value = stack
+        .http
+        .get(format!("{}/v1/events/anonpow/challenge", stack.gateway))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let challenge = challenge["challenge"].as_str().unwrap();
+    let pow = json!({ "challenge": challenge, "nonce": gateway::pow::solve(challenge, "", 8) });
+    let (status, body) = join_with(&stack, "anonpow", json!({ "pow": pow }), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, problem) = join_with(&stack, "anonpow", json!({ "pow": pow }), None).await;
+    assert_eq!(
+        (status, slug(&problem)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid-proof-of-work"),
+        "{problem}"
+    );
+    stack.stop().await;
+}
+
+/// `account` events: the fan is the `sub` of an identity token from the
+/// site's login, checked against its JWKS (EdDSA and ES256 keys here);
+/// one place per account, and no token, a forged one, one for another
+/// audience, an expired one or an HMAC one made with a public key gets in.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_account_fan_is_the_subject_of_a_verified_identity_token(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    use jsonwebtoken::{encode, jwk::Jwk, Algorithm, EncodingKey, Header};
+
+    let ed_pem = boxoffice_contract::token::generate_ed25519_pem();
+    let ed_jwks =
+        boxoffice_contract::token::KeySet::from_pems("login", &ed_pem, &[], common::QUEUE_SECRET)
+            .unwrap()
+            .jwks();
+    let ed_kid = ed_jwks["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let ec_pem = Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .output()
+        .unwrap()
+        .stdout;
+    let ec_key = EncodingKey::from_ec_pem(&ec_pem).unwrap();
+    let mut ec_jwk = Jwk::from_encoding_key(&ec_key, Algorithm::ES256).unwrap();
+    ec_jwk.common.key_id = Some("ec-1".into());
+    let mut keys = ed_jwks["keys"].as_array().unwrap().clone();
+    keys.push(serde_json::to_value(&ec_jwk).unwrap());
+    let jwks_file = std::env::temp_dir().join(format!("jwks-{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(&jwks_file, json!({ "keys": keys }).to_string()).unwrap();
+
+    const ISSUER: &str = "https://login.example.com";
+    let path = jwks_file.display().to_string();
+    let stack = Stack::start_with_gateway(options, connect, |c| {
+        c.identity_jwks = Some(path);
+        c.identity_issuer = ISSUER.into();
+        c.identity_audience = "boxoffice".into();
+    })
+    .await;
+    create_event_with(
+        &stack,
+        "acct",
+        json!({ "identity": "account", "admission_rate_per_s": 0.001 }),
+    )
+    .await;
+
+    let claims = |sub: &str, aud: &str, exp_in: i64| json!({ "sub": sub, "iss": ISSUER, "aud": aud, "exp": now_s() as i64 + exp_in });
+    let ed = |claims: &Value| {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(ed_kid.clone());
+        encode(
+            &header,
+            claims,
+            &EncodingKey::from_ed_pem(ed_pem.as_bytes()).unwrap(),
+        )
+        .unwrap()
+    };
+    let ec = |claims: &Value| {
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some("ec-1".into());
+        encode(&header, claims, &ec_key).unwrap()
+    };
+    let join = |token: String| join_with(&stack, "acct", json!({ "identity_token": token }), None);
+
+    let (status, first) = join(ed(&claims("user-42", "boxoffice", 300))).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!(first["fan_id"], "user-42");
+    // The same account through the other key of the site: the same place.
+    let (status, again) = join(ec(&claims("user-42", "boxoffice", 300))).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(
+        (&again["fan_id"], &again["position"]),
+        (&first["fan_id"], &first["position"])
+    );
+
+    // What an attacker might try instead.
+    let other_pem = boxoffice_contract::token::generate_ed25519_pem();
+    let forged = {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(ed_kid.clone());
+        encode(
+            &header,
+            &claims("user-42", "boxoffice", 300),
+            &EncodingKey::from_ed_pem(other_pem.as_bytes()).unwrap(),
+        )
+        .unwrap()
+    };
+    let hmac_with_public_key = {
+        let x = ed_jwks["keys"][0]["x"].as_str().unwrap();
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some(ed_kid.clone());
+        encode(
+            &header,
+            &claims("user-42", "boxoffice", 300),
+            &EncodingKey::from_secret(x.as_bytes()),
+        )
+        .unwrap()
+    };
+    for (what, token) in [
+        ("signed by another key", forged),
+        (
+            "for another audience",
+            ed(&claims("user-42", "another-site", 300)),
+        ),
+        ("expired", ed(&claims("user-42", "boxoffice", -600))),
+        ("HS256 with the public key as secret", hmac_with_public_key),
+        ("not a JWT", "user-42".into()),
+    ] {
+        let (status, problem) = join(token).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {problem}");
+        assert_eq!(slug(&problem), "invalid-identity", "{what}");
+    }
+    let (status, problem) = join_with(&stack, "acct", json!({}), None).await;
+    assert_eq!(
+        (status, slug(&problem)),
+        (StatusCode::UNAUTHORIZED, "identity-required")
+    );
+    let (status, problem) = join_with(&stack, "acct", json!({ "fan_id": "user-42" }), None).await;
+    assert_eq!(
+        (status, slug(&problem)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "fan-id-not-accepted")
+    );
+    stack.stop().await;
+}

@@ -71,7 +71,7 @@ impl Stack {
         connect: PgConnectOptions,
         pipeline: bool,
     ) -> Self {
-        Self::start_inner(pool_options, connect, pipeline, false).await
+        Self::start_inner(pool_options, connect, pipeline, false, |_| {}).await
     }
 
     /// The whole stack with the gateway's default edge limits (per-IP,
@@ -80,7 +80,17 @@ impl Stack {
         pool_options: PgPoolOptions,
         connect: PgConnectOptions,
     ) -> Self {
-        Self::start_inner(pool_options, connect, true, true).await
+        Self::start_inner(pool_options, connect, true, true, |_| {}).await
+    }
+
+    /// The request path alone (no saga, relay or worker), with the gateway's
+    /// settings changed by `gateway` (identity providers, say).
+    pub async fn start_with_gateway(
+        pool_options: PgPoolOptions,
+        connect: PgConnectOptions,
+        gateway: impl FnOnce(&mut gateway::Config),
+    ) -> Self {
+        Self::start_inner(pool_options, connect, false, false, gateway).await
     }
 
     async fn start_inner(
@@ -88,6 +98,7 @@ impl Stack {
         connect: PgConnectOptions,
         pipeline: bool,
         edge_limits: bool,
+        gateway_settings: impl FnOnce(&mut gateway::Config),
     ) -> Self {
         boxoffice_contract::telemetry::init(false);
         let pool = pool_options
@@ -203,6 +214,7 @@ impl Stack {
                 c.per_fan_rate = 1_000_000;
                 c.per_fan_burst = 1_000_000;
             }
+            gateway_settings(&mut c);
             c
         };
         let state = gateway::AppState::new(redis, keys.clone(), gateway_config).unwrap();

@@ -1,0 +1,133 @@
+//! Account identity: the ticketing site's login issues each signed-in user
+//! an identity token (a JWT, RS256, ES256 or EdDSA), and a join of an
+//! `account` event carries it. The gateway checks it against the site's
+//! JWKS (a file or an `https://` URL, read at start), its `iss` and `aud`,
+//! and its expiry; its `sub` is the fan. Only asymmetric keys are taken from
+//! the set (an `oct` key or an `HS*` token is refused), and a token's `alg`
+//! must match its key's type, so a public key can never be used as an HMAC
+//! secret.
+
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::queue::valid_fan_id;
+
+/// The verifying keys of the site's login, with the claims a token must carry.
+pub struct IdentityProvider {
+    keys: Vec<(Option<String>, Algorithm, DecodingKey)>,
+    issuer: String,
+    audience: String,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum IdentityError {
+    #[error("identity token refused")]
+    Refused,
+}
+
+#[derive(Deserialize)]
+struct IdentityClaims {
+    sub: String,
+}
+
+/// The algorithm a key is for, if it is one we accept.
+fn algorithm_of(jwk: &Jwk) -> Option<Algorithm> {
+    match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Some(Algorithm::RS256),
+        AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
+            Some(Algorithm::ES256)
+        }
+        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
+            Some(Algorithm::EdDSA)
+        }
+        _ => None,
+    }
+}
+
+impl IdentityProvider {
+    /// From a JWKS document; keys of other types are skipped, none left is an error.
+    pub fn from_jwks(jwks: &str, issuer: &str, audience: &str) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            !issuer.is_empty() && !audience.is_empty(),
+            "identity tokens need an issuer and an audience to check"
+        );
+        let set: JwkSet = serde_json::from_str(jwks)?;
+        let keys: Vec<_> = set
+            .keys
+            .iter()
+            .filter_map(|jwk| {
+                let algorithm = algorithm_of(jwk)?;
+                let key = DecodingKey::from_jwk(jwk).ok()?;
+                Some((jwk.common.key_id.clone(), algorithm, key))
+            })
+            .collect();
+        anyhow::ensure!(
+            !keys.is_empty(),
+            "the JWKS has no RSA, P-256 or Ed25519 key"
+        );
+        Ok(Self {
+            keys,
+            issuer: issuer.to_owned(),
+            audience: audience.to_owned(),
+        })
+    }
+
+    /// Reads the JWKS from a file or an `http(s)://` URL.
+    pub async fn load(source: &str, issuer: &str, audience: &str) -> anyhow::Result<Self> {
+        let jwks = if is_url(source) {
+            reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(10))
+                .build()?
+                .get(source)
+                .send()
+                .await?
+                .error_for_status()?
+                .text()
+                .await?
+        } else {
+            std::fs::read_to_string(source)?
+        };
+        Self::from_jwks(&jwks, issuer, audience)
+    }
+
+    /// The fan an identity token names: its `sub` when that is a valid fan
+    /// id, else `acct-` and a digest of it.
+    pub fn verify(&self, token: &str) -> Result<String, IdentityError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| IdentityError::Refused)?;
+        let (_, algorithm, key) = self
+            .keys
+            .iter()
+            .find(|(kid, algorithm, _)| {
+                *algorithm == header.alg
+                    && (header.kid.is_none() || kid.as_deref() == header.kid.as_deref())
+            })
+            .ok_or(IdentityError::Refused)?;
+        let mut validation = Validation::new(*algorithm);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
+        validation.leeway = 5;
+        let claims = jsonwebtoken::decode::<IdentityClaims>(token, key, &validation)
+            .map_err(|_| IdentityError::Refused)?
+            .claims;
+        if claims.sub.is_empty() {
+            return Err(IdentityError::Refused);
+        }
+        Ok(if valid_fan_id(&claims.sub) {
+            claims.sub
+        } else {
+            let digest = Sha256::digest(claims.sub.as_bytes());
+            format!("acct-{}", &hex(&digest)[..40])
+        })
+    }
+}
+
+pub fn is_url(source: &str) -> bool {
+    source.starts_with("https://") || source.starts_with("http://")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
