@@ -64,7 +64,12 @@ pub struct Config {
     /// How long an event's settings are kept in memory (0: read Redis every time).
     #[arg(long, env = "BOXOFFICE_EVENT_CACHE_MS", default_value_t = 100)]
     pub event_cache_ms: u64,
-    /// Requests per second one IP address may make (sustained).
+    /// Proxies in front of the gateway (CIDRs, comma-separated): only from
+    /// them is `Forwarded`/`X-Forwarded-For` read to find the client's
+    /// address. Empty: the peer is the client.
+    #[arg(long, env = "BOXOFFICE_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Requests per second one IP address (an IPv6 /64) may make (sustained).
     #[arg(long, env = "BOXOFFICE_PER_IP_RATE", default_value_t = 50)]
     pub per_ip_rate: u64,
     /// Requests one IP address may make in a burst.

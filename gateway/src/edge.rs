@@ -7,8 +7,9 @@
 //!    same layer counts `boxoffice_http_requests_total{route,status}` and times
 //!    `boxoffice_http_request_duration_seconds`, so answers of the layers
 //!    below (429, 503) are counted too;
-//! 2. per-IP rate limit (`tower_governor`): past the quota, 429 `rate-limited`
-//!    with `Retry-After`, before any work is done;
+//! 2. per-IP rate limit (`tower_governor`, keyed by [`crate::client_ip`]):
+//!    past the quota, 429 `rate-limited` with `Retry-After`, before any work
+//!    is done; idle addresses are forgotten every minute;
 //! 3. load shedding: at most `max_in_flight` requests are handled at once; the
 //!    next gets 503 `overloaded` with `Retry-After` at once instead of queueing;
 //! 4. a deadline for the whole request: 503 `overloaded` when it passes;
@@ -27,20 +28,56 @@ use axum::{BoxError, Router};
 use boxoffice_contract::{telemetry, Problem};
 use tower::ServiceBuilder;
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::PeerIpKeyExtractor;
 use tower_governor::{GovernorError, GovernorLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
+use crate::client_ip::ClientIp;
 use crate::Config;
+
+/// Every minute, drops the per-IP state of addresses that are back to a full
+/// quota (a spike's millions of addresses must not stay in memory); stops
+/// when the limiter is gone.
+fn forget_idle<K, C, M>(
+    limiter: std::sync::Weak<
+        governor::RateLimiter<K, governor::state::keyed::DashMapStateStore<K>, C, M>,
+    >,
+) where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    C: governor::clock::Clock + Send + Sync + 'static,
+    M: governor::middleware::RateLimitingMiddleware<C::Instant> + Send + Sync + 'static,
+{
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(limiter) = limiter.upgrade() else {
+                return;
+            };
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    });
+}
+
+/// What orchestrators and Prometheus call: never limited, shed or counted.
+const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 /// Wraps the routes in the protective layers configured in `config`.
 pub fn protect(routes: Router, config: &Config) -> Router {
     let per_ip = GovernorConfigBuilder::default()
-        .key_extractor(PeerIpKeyExtractor)
+        .key_extractor(ClientIp::new(config.trusted_proxies.clone()))
         .per_millisecond((1000 / config.per_ip_rate.max(1)).max(1))
         .burst_size(config.per_ip_burst.max(1))
         .finish()
         .expect("a positive rate and burst");
+    forget_idle(std::sync::Arc::downgrade(per_ip.limiter()));
+    // Probes and metrics stay outside the fans' limits: an orchestrator or
+    // Prometheus behind the same address as a flood still gets its answer.
+    let probes = routes.clone();
     // Around the router as one service: `Router::layer` would give each route
     // its own concurrency limit.
     let protected = ServiceBuilder::new()
@@ -57,7 +94,25 @@ pub fn protect(routes: Router, config: &Config) -> Router {
                 .layer(axum::middleware::from_fn(telemetry::mark_route))
                 .layer(DefaultBodyLimit::max(config.body_limit_bytes)),
         );
-    Router::new().fallback_service(protected)
+    let steer = tower::service_fn(move |request: axum::extract::Request| {
+        let probe = PROBES.contains(&request.uri().path());
+        let (probes, protected) = (probes.clone(), protected.clone());
+        async move {
+            use tower::ServiceExt;
+            if probe {
+                probes
+                    .oneshot(request)
+                    .await
+                    .map(IntoResponse::into_response)
+            } else {
+                protected
+                    .oneshot(request)
+                    .await
+                    .map(IntoResponse::into_response)
+            }
+        }
+    });
+    Router::new().fallback_service(steer)
 }
 
 fn rate_limited(error: GovernorError) -> Response {

@@ -14,6 +14,7 @@
 
 pub mod access;
 pub mod cache;
+pub mod client_ip;
 pub mod config;
 pub mod edge;
 pub mod events;

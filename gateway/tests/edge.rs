@@ -102,28 +102,93 @@ async fn an_address_past_its_quota_gets_429_with_retry_after() {
         c.per_ip_burst = 3;
     })
     .await;
-    for _ in 0..3 {
-        let response = edge
-            .http
-            .get(format!("{}/healthz", edge.url))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-    }
-    let (status, retry, slug) = problem(
+    let jwks = || {
         edge.http
-            .get(format!("{}/healthz", edge.url))
+            .get(format!("{}/.well-known/jwks.json", edge.url))
             .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    };
+    for _ in 0..3 {
+        assert_eq!(jwks().await.unwrap().status(), StatusCode::OK);
+    }
+    let (status, retry, slug) = problem(jwks().await.unwrap()).await;
     assert_eq!(
         (status, slug.as_str()),
         (StatusCode::TOO_MANY_REQUESTS, "rate-limited")
     );
     assert!(retry.unwrap().parse::<u64>().unwrap() >= 1);
+    // The probes and metrics stay outside the fans' limits.
+    for probe in ["/healthz", "/readyz", "/metrics"] {
+        let status = edge
+            .http
+            .get(format!("{}{probe}", edge.url))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{probe} while the address is limited"
+        );
+    }
+}
+
+/// Behind a trusted proxy each client has its own quota (the rightmost
+/// untrusted `X-Forwarded-For` hop); from anyone else the header is ignored,
+/// so rotating it does not escape the limit.
+#[tokio::test]
+async fn clients_behind_a_trusted_proxy_are_limited_one_by_one() {
+    let behind = edge(|c| {
+        c.per_ip_rate = 1;
+        c.per_ip_burst = 2;
+        c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    })
+    .await;
+    let from = |edge: &Edge, client: &str| {
+        edge.http
+            .get(format!("{}/.well-known/jwks.json", edge.url))
+            .header("x-forwarded-for", format!("{client}, 127.0.0.9"))
+            .send()
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            from(&behind, "203.0.113.7").await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        from(&behind, "203.0.113.7").await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        from(&behind, "203.0.113.8").await.unwrap().status(),
+        StatusCode::OK,
+        "another client behind the same proxy has its own quota"
+    );
+
+    let direct = edge(|c| {
+        c.per_ip_rate = 1;
+        c.per_ip_burst = 2;
+    })
+    .await;
+    let statuses: Vec<StatusCode> = futures_util::future::join_all((0..4).map(|i| {
+        let direct = &direct;
+        async move {
+            from(direct, &format!("198.51.100.{i}"))
+                .await
+                .unwrap()
+                .status()
+        }
+    }))
+    .await;
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+            .count(),
+        2,
+        "a spoofed header from an untrusted peer changes nothing: {statuses:?}"
+    );
 }
 
 #[tokio::test]
@@ -134,7 +199,7 @@ async fn when_saturated_the_gateway_sheds_at_once_instead_of_queueing() {
     let started = Instant::now();
     let (status, retry, slug) = problem(
         edge.http
-            .get(format!("{}/healthz", edge.url))
+            .get(format!("{}/.well-known/jwks.json", edge.url))
             .send()
             .await
             .unwrap(),
@@ -193,7 +258,7 @@ async fn oversized_bodies_get_413_and_requests_carry_an_id() {
     );
     let response = edge
         .http
-        .get(format!("{}/healthz", edge.url))
+        .get(format!("{}/.well-known/jwks.json", edge.url))
         .header("x-request-id", "abc-123")
         .send()
         .await

@@ -1,0 +1,186 @@
+//! Whose request it is, for the per-IP limit. The peer address, unless the
+//! peer is a trusted proxy (`BOXOFFICE_TRUSTED_PROXIES`, CIDRs): then the
+//! client is the rightmost address of `Forwarded` (RFC 7239) or, without
+//! it, `X-Forwarded-For` that is not itself a trusted proxy. The headers
+//! are never read from anyone else, so a client cannot pick its own key by
+//! sending them. IPv6 clients are keyed by their /64 (one host commonly has
+//! a whole one); IPv4-mapped IPv6 addresses as IPv4.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, Request};
+use ipnet::IpNet;
+use tower_governor::key_extractor::KeyExtractor;
+use tower_governor::GovernorError;
+
+#[derive(Clone, Debug, Default)]
+pub struct ClientIp {
+    trusted: Arc<[IpNet]>,
+}
+
+/// The key of an address: IPv4 as is, IPv6 by its /64.
+pub fn key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
+}
+
+/// One hop of `Forwarded: for=…` or `X-Forwarded-For`, with or without a
+/// port, IPv6 in brackets or not.
+fn hop(text: &str) -> Option<IpAddr> {
+    let text = text.trim().trim_matches('"');
+    if let Ok(ip) = text.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = text.strip_prefix('[') {
+        return rest.split_once(']')?.0.parse().ok();
+    }
+    text.parse::<SocketAddr>().ok().map(|a| a.ip())
+}
+
+/// The hops, first (the client as the first proxy saw it) to last; `None`
+/// for one that cannot be read.
+fn hops(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
+    let forwarded: Vec<Option<IpAddr>> = headers
+        .get_all("forwarded")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|element| {
+            element.split(';').find_map(|pair| {
+                let (name, value) = pair.split_once('=')?;
+                name.trim().eq_ignore_ascii_case("for").then(|| hop(value))
+            })
+        })
+        .collect();
+    if !forwarded.is_empty() {
+        return forwarded;
+    }
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(hop)
+        .collect()
+}
+
+impl ClientIp {
+    pub fn new(trusted: Vec<IpNet>) -> Self {
+        Self {
+            trusted: trusted.into(),
+        }
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The key of the client behind `peer`.
+    pub fn of(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        if !self.is_trusted(peer) {
+            return key(peer);
+        }
+        // From the nearest hop outwards, past our own proxies.
+        let mut client = peer;
+        for hop in hops(headers).into_iter().rev() {
+            match hop {
+                Some(ip) if self.is_trusted(ip) => client = ip,
+                Some(ip) => return key(ip),
+                // Garbage from beyond our proxies: the last proxy that we
+                // trust is the client we can name.
+                None => break,
+            }
+        }
+        key(client)
+    }
+}
+
+impl KeyExtractor for ClientIp {
+    type Key = IpAddr;
+
+    fn extract<T>(&self, request: &Request<T>) -> Result<IpAddr, GovernorError> {
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip())
+            .ok_or(GovernorError::UnableToExtractKey)?;
+        Ok(self.of(peer, request.headers()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
+            .collect()
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn forwarded_headers_count_only_from_trusted_proxies() {
+        let proxies = ClientIp::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        let spoofed = headers(&[("x-forwarded-for", "198.51.100.1")]);
+        // Not from a proxy: the header is the client's own word, ignored.
+        assert_eq!(proxies.of(ip("203.0.113.9"), &spoofed), ip("203.0.113.9"));
+        assert_eq!(
+            ClientIp::default().of(ip("10.1.1.1"), &spoofed),
+            ip("10.1.1.1")
+        );
+        // From a proxy: the rightmost hop that is not one of ours.
+        let chain = headers(&[("x-forwarded-for", "198.51.100.1, 203.0.113.7, 10.0.0.5")]);
+        assert_eq!(proxies.of(ip("10.0.0.2"), &chain), ip("203.0.113.7"));
+        // A client that prepends a fake hop does not move its key.
+        let lying = headers(&[("x-forwarded-for", "1.2.3.4, 203.0.113.7")]);
+        assert_eq!(proxies.of(ip("10.0.0.2"), &lying), ip("203.0.113.7"));
+        // Several headers are one list, in order.
+        let split = headers(&[
+            ("x-forwarded-for", "198.51.100.1"),
+            ("x-forwarded-for", "10.0.0.9"),
+        ]);
+        assert_eq!(proxies.of(ip("10.0.0.2"), &split), ip("198.51.100.1"));
+        // Only proxies, or garbage past them: the outermost proxy we can name.
+        let ours = headers(&[("x-forwarded-for", "10.0.0.7")]);
+        assert_eq!(proxies.of(ip("10.0.0.2"), &ours), ip("10.0.0.7"));
+        let garbage = headers(&[("x-forwarded-for", "not-an-ip, 10.0.0.7")]);
+        assert_eq!(proxies.of(ip("10.0.0.2"), &garbage), ip("10.0.0.7"));
+    }
+
+    #[test]
+    fn forwarded_wins_and_its_forms_are_read() {
+        let proxies = ClientIp::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        let both = headers(&[
+            (
+                "forwarded",
+                "for=192.0.2.60;proto=https, for=\"[2001:db8:cafe:1::17]:4711\"",
+            ),
+            ("x-forwarded-for", "198.51.100.1"),
+        ]);
+        assert_eq!(proxies.of(ip("10.0.0.2"), &both), ip("2001:db8:cafe:1::"));
+        let with_port = headers(&[("x-forwarded-for", "203.0.113.7:5555")]);
+        assert_eq!(proxies.of(ip("10.0.0.2"), &with_port), ip("203.0.113.7"));
+    }
+
+    #[test]
+    fn ipv6_clients_are_keyed_by_their_64() {
+        assert_eq!(
+            key(ip("2001:db8:1:2:aaaa::1")),
+            key(ip("2001:db8:1:2:bbbb::9"))
+        );
+        assert_ne!(key(ip("2001:db8:1:2::1")), key(ip("2001:db8:1:3::1")));
+        assert_eq!(key(ip("::ffff:192.0.2.1")), ip("192.0.2.1"));
+    }
+}
