@@ -150,6 +150,7 @@ async fn main() {
         c.upstream_timeout_ms = 1000;
         c.per_ip_rate = 1_000_000;
         c.per_ip_burst = 1_000_000;
+        c.per_client_in_flight = 1_000_000;
         c.per_fan_rate = 1_000_000;
         c.per_fan_burst = 1_000_000;
         c

@@ -87,6 +87,18 @@ pub struct Config {
     /// Deadline for a whole request.
     #[arg(long, env = "BOXOFFICE_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     pub request_timeout_ms: u64,
+    /// A client must send a request's headers within this time, or the
+    /// connection is closed (a slow client holds no more than a socket).
+    #[arg(long, env = "BOXOFFICE_HEADER_TIMEOUT_MS", default_value_t = 5_000)]
+    pub header_timeout_ms: u64,
+    /// A request's body must arrive within this time (else 408), so a
+    /// trickled body cannot hold a place among the requests in flight.
+    #[arg(long, env = "BOXOFFICE_BODY_TIMEOUT_MS", default_value_t = 5_000)]
+    pub body_timeout_ms: u64,
+    /// Requests one client address (an IPv6 /64) may have in flight at once;
+    /// past it, 429 `rate-limited` at once.
+    #[arg(long, env = "BOXOFFICE_PER_CLIENT_IN_FLIGHT", default_value_t = 32)]
+    pub per_client_in_flight: usize,
     /// Largest request body accepted.
     #[arg(long, env = "BOXOFFICE_BODY_LIMIT_BYTES", default_value_t = 8 * 1024)]
     pub body_limit_bytes: usize,

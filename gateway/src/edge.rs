@@ -85,6 +85,13 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(axum::middleware::from_fn(telemetry::observe))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
+        .layer(axum::middleware::from_fn_with_state(
+            std::sync::Arc::new(PerClient::new(
+                ClientIp::new(config.trusted_proxies.clone()),
+                config.per_client_in_flight,
+            )),
+            per_client,
+        ))
         .layer(HandleErrorLayer::new(shed))
         .load_shed()
         .concurrency_limit(config.max_in_flight.max(1))
@@ -92,7 +99,10 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         .service(
             routes
                 .layer(axum::middleware::from_fn(telemetry::mark_route))
-                .layer(DefaultBodyLimit::max(config.body_limit_bytes)),
+                .layer(DefaultBodyLimit::max(config.body_limit_bytes))
+                .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+                    Duration::from_millis(config.body_timeout_ms.max(1)),
+                )),
         );
     let steer = tower::service_fn(move |request: axum::extract::Request| {
         let probe = PROBES.contains(&request.uri().path());
@@ -144,6 +154,76 @@ async fn shed(error: BoxError) -> Problem {
     } else {
         tracing::error!(%error, "middleware error");
         Problem::internal()
+    }
+}
+
+/// Requests in flight per client address: one address cannot hold the
+/// global places (`max_in_flight`) with requests whose bodies trickle in.
+pub struct PerClient {
+    clients: ClientIp,
+    max: usize,
+    in_flight: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+impl PerClient {
+    pub fn new(clients: ClientIp, max: usize) -> Self {
+        Self {
+            clients,
+            max: max.max(1),
+            in_flight: Default::default(),
+        }
+    }
+
+    fn enter(self: &std::sync::Arc<Self>, client: std::net::IpAddr) -> Option<InFlight> {
+        let mut in_flight = self.in_flight.lock().expect("per-client lock");
+        let count = in_flight.entry(client).or_insert(0);
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(InFlight {
+            owner: self.clone(),
+            client,
+        })
+    }
+}
+
+/// One request's place; given back when dropped.
+struct InFlight {
+    owner: std::sync::Arc<PerClient>,
+    client: std::net::IpAddr,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut in_flight = self.owner.in_flight.lock().expect("per-client lock");
+        if let Some(count) = in_flight.get_mut(&self.client) {
+            *count -= 1;
+            if *count == 0 {
+                in_flight.remove(&self.client);
+            }
+        }
+    }
+}
+
+async fn per_client(
+    axum::extract::State(limit): axum::extract::State<std::sync::Arc<PerClient>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use tower_governor::key_extractor::KeyExtractor;
+    let Ok(client) = limit.clients.extract(&request) else {
+        return next.run(request).await;
+    };
+    match limit.enter(client) {
+        Some(_place) => next.run(request).await,
+        None => Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate-limited",
+            "too many requests from this address at once",
+        )
+        .retry_after(1)
+        .into_response(),
     }
 }
 

@@ -153,15 +153,61 @@ pub fn app(state: AppState) -> Router {
     edge::protect(router(state), &config)
 }
 
+/// Serves `state` on `listener` until `shutdown` resolves, then lets the
+/// requests in flight finish. Each connection must send a request's headers
+/// within `header_timeout_ms` or is closed, so a client trickling bytes holds
+/// a socket for seconds, never a place among the requests in flight.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt;
+
     state.per_fan.clone().spawn_sweeper(Duration::from_secs(60));
-    axum::serve(listener, edge::with_peers(app(state)))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let header_timeout = Duration::from_millis(state.config.header_timeout_ms.max(1));
+    let app = app(state);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (socket, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, say: wait instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        socket.set_nodelay(true).ok();
+        let service = app.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request.map(axum::body::Body::new)
+            },
+        );
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(
+                TokioIo::new(socket),
+                hyper_util::service::TowerToHyperService::new(service),
+            );
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
     Ok(())
 }
 

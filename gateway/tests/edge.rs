@@ -465,3 +465,109 @@ async fn one_fan_past_its_quota_gets_429_while_others_pass() {
         (StatusCode::TOO_MANY_REQUESTS, "rate-limited")
     );
 }
+
+/// Slow clients: a thousand sockets trickling a request body one byte every
+/// two seconds and a thousand trickling their headers cannot take the
+/// gateway from a normal fan (answered at once from another address) or
+/// from the orchestrator (`/healthz` 200, even from the attacking address).
+/// A body that does not arrive in time is refused, and a connection whose
+/// headers do not arrive in time is closed.
+#[tokio::test]
+async fn trickling_clients_hold_no_place_a_fan_needs() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let edge = edge(|c| {
+        c.max_in_flight = 64;
+        c.per_client_in_flight = 8;
+        c.header_timeout_ms = 1_000;
+        c.body_timeout_ms = 1_000;
+        c.per_ip_rate = 1_000_000;
+        c.per_ip_burst = 1_000_000;
+    })
+    .await;
+    let mut redis = redis::aio::ConnectionManager::new(
+        redis::Client::open(
+            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let event = boxoffice_contract::event::EventConfig::open("Slow", 100, 0.001);
+    let _: () = redis::AsyncCommands::hset_multiple(
+        &mut redis,
+        boxoffice_contract::keys::EventKeys::new(&edge.prefix, "ev").config(),
+        &event.to_fields(),
+    )
+    .await
+    .unwrap();
+    let address = edge.url.trim_start_matches("http://").to_owned();
+
+    const SOCKETS: usize = 1_000;
+    let mut bodies = Vec::new();
+    let mut headers = Vec::new();
+    for _ in 0..SOCKETS {
+        let mut body = tokio::net::TcpStream::connect(&address).await.unwrap();
+        body.write_all(
+            b"POST /v1/events/ev/queue HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+        bodies.push(body);
+        let mut header = tokio::net::TcpStream::connect(&address).await.unwrap();
+        header.write_all(b"POST /v1/ev").await.unwrap();
+        headers.push(header);
+    }
+    let trickle = tokio::spawn(async move {
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            for socket in bodies.iter_mut().chain(headers.iter_mut()) {
+                let _ = socket.write_all(b" ").await;
+            }
+        }
+        (bodies, headers)
+    });
+
+    // A fan on another address is answered at once, and the probes are up.
+    let fan = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let joined = fan
+        .post(format!("{}/v1/events/ev/queue", edge.url))
+        .json(&serde_json::json!({ "fan_id": "patient" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(joined.status(), StatusCode::CREATED);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let health = edge
+        .http
+        .get(format!("{}/healthz", edge.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+
+    // Past the timeouts: trickled bodies were refused, trickled headers cut off.
+    let (mut bodies, mut headers) = trickle.await.unwrap();
+    let mut answer = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), bodies[0].read(&mut answer))
+        .await
+        .expect("the trickled body got an answer")
+        .unwrap();
+    let status_line = String::from_utf8_lossy(&answer[..read]).into_owned();
+    assert!(status_line.starts_with("HTTP/1.1 4"), "{status_line:?}");
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut rest = Vec::new();
+        headers[0].read_to_end(&mut rest).await.map(|_| rest)
+    })
+    .await
+    .expect("the trickling connection was closed");
+    assert!(closed.is_ok(), "{closed:?}");
+}

@@ -53,6 +53,7 @@ fn harness() -> Harness {
             c.order_token_ttl_s = 60;
             c.per_ip_rate = 1_000_000;
             c.per_ip_burst = 1_000_000;
+            c.per_client_in_flight = 1_000_000;
             c.per_fan_rate = 1_000_000;
             c.per_fan_burst = 1_000_000;
             c.max_in_flight = 64;

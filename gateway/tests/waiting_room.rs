@@ -64,6 +64,7 @@ impl Room {
             c.event_cache_ms = 0;
             c.per_ip_rate = 1_000_000;
             c.per_ip_burst = 1_000_000;
+            c.per_client_in_flight = 1_000_000;
             c.per_fan_rate = 1_000_000;
             c.per_fan_burst = 1_000_000;
             c

@@ -213,6 +213,7 @@ impl Stack {
                 c.per_ip_burst = 1_000_000;
                 c.per_fan_rate = 1_000_000;
                 c.per_fan_burst = 1_000_000;
+                c.per_client_in_flight = 1_000_000;
             }
             gateway_settings(&mut c);
             c
