@@ -339,24 +339,16 @@ async fn an_anonymous_fan_keeps_its_place_across_a_reload(
     connect: PgConnectOptions,
 ) {
     let stack = Stack::start_with(pool_options, connect, false).await;
-    let opens_at = chrono::Utc::now() - chrono::Duration::seconds(1);
-    let response = stack
-        .http
-        .put(format!("{}/admin/v1/events/anon", stack.admission))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({
-            "name": "Anonymous sale", "capacity": 10, "opens_at": opens_at,
+    stack
+        .create_event_with(
+            "anon",
             // Nobody is admitted: the fan stays in line.
-            "admission_rate_per_s": 0.001, "identity": "anonymous", "pow_bits": 8,
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{:?}",
-        response.text().await
-    );
+            json!({
+                "name": "Anonymous sale", "admission_rate_per_s": 0.001,
+                "identity": "anonymous", "pow_bits": 8,
+            }),
+        )
+        .await;
     let queue_length = || async {
         let event: serde_json::Value = stack
             .http

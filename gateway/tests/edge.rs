@@ -60,6 +60,22 @@ async fn edge(tune: impl FnOnce(&mut gateway::Config)) -> Edge {
 }
 
 impl Edge {
+    /// An event open now that admits nobody, written straight into Redis.
+    async fn open_event(&self, event_id: &str) {
+        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap())
+            .await
+            .unwrap();
+        let event = boxoffice_contract::event::EventConfig::open("Edge", 100, 0.001);
+        let _: () = redis::AsyncCommands::hset_multiple(
+            &mut redis,
+            boxoffice_contract::keys::EventKeys::new(&self.prefix, event_id).config(),
+            &event.to_fields(),
+        )
+        .await
+        .unwrap();
+    }
+
     /// A request that waits on the order service (which never answers).
     fn hanging(&self) -> reqwest::RequestBuilder {
         let order_id = uuid::Uuid::now_v7();
@@ -404,22 +420,7 @@ async fn one_fan_past_its_quota_gets_429_while_others_pass() {
     .await;
     // An open event (the quota is counted once the event is read: who a
     // fan is depends on the event's identity mode).
-    let mut redis = redis::aio::ConnectionManager::new(
-        redis::Client::open(
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-    let event = boxoffice_contract::event::EventConfig::open("Quota", 100, 0.001);
-    let _: () = redis::AsyncCommands::hset_multiple(
-        &mut redis,
-        boxoffice_contract::keys::EventKeys::new(&edge.prefix, "ev").config(),
-        &event.to_fields(),
-    )
-    .await
-    .unwrap();
+    edge.open_event("ev").await;
     let join = |fan: &str| {
         edge.http
             .post(format!("{}/v1/events/ev/queue", edge.url))
@@ -485,22 +486,7 @@ async fn trickling_clients_hold_no_place_a_fan_needs() {
         c.per_ip_burst = 1_000_000;
     })
     .await;
-    let mut redis = redis::aio::ConnectionManager::new(
-        redis::Client::open(
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-    let event = boxoffice_contract::event::EventConfig::open("Slow", 100, 0.001);
-    let _: () = redis::AsyncCommands::hset_multiple(
-        &mut redis,
-        boxoffice_contract::keys::EventKeys::new(&edge.prefix, "ev").config(),
-        &event.to_fields(),
-    )
-    .await
-    .unwrap();
+    edge.open_event("ev").await;
     let address = edge.url.trim_start_matches("http://").to_owned();
 
     const SOCKETS: usize = 1_000;

@@ -645,28 +645,6 @@ async fn an_opened_event_cannot_be_rescheduled_to_reuse_its_public_seed(
     stack.stop().await;
 }
 
-/// Creates an open event with the settings in `extra` on top of the usual ones.
-async fn create_event_with(stack: &Stack, event_id: &str, extra: Value) {
-    let mut body = json!({
-        "name": format!("Test {event_id}"), "capacity": 10,
-        "opens_at": chrono::Utc::now() - chrono::Duration::seconds(1),
-        "admission_rate_per_s": 50.0, "max_active": 1000, "access_ttl_s": 120,
-        "per_fan_limit": 2, "max_queue": 10_000, "price_cents": 4_500,
-    });
-    body.as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
-    let (status, view) = status_of(
-        stack
-            .http
-            .put(format!("{}/admin/v1/events/{event_id}", stack.admission))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&body),
-    )
-    .await;
-    assert!(status.is_success(), "{view}");
-}
-
 async fn join_with(
     stack: &Stack,
     event_id: &str,
@@ -699,13 +677,13 @@ async fn an_anonymous_fan_cannot_be_impersonated_by_its_id(
     connect: PgConnectOptions,
 ) {
     let stack = Stack::start_with(options, connect, false).await;
-    create_event_with(
-        &stack,
-        "anon",
-        json!({ "identity": "anonymous", "admission_rate_per_s": 0.001 }),
-    )
-    .await;
-    create_event_with(&stack, "other", json!({})).await;
+    stack
+        .create_event_with(
+            "anon",
+            json!({ "identity": "anonymous", "admission_rate_per_s": 0.001 }),
+        )
+        .await;
+    stack.create_event_with("other", json!({})).await;
 
     let (status, problem) = join_with(
         &stack,
@@ -751,12 +729,12 @@ async fn an_anonymous_fan_cannot_be_impersonated_by_its_id(
 
     // With proof of work, an anonymous join's work is bound to no fan id,
     // so one solved challenge must not buy a second place.
-    create_event_with(
-        &stack,
-        "anonpow",
-        json!({ "identity": "anonymous", "pow_bits": 8, "admission_rate_per_s": 0.001 }),
-    )
-    .await;
+    stack
+        .create_event_with(
+            "anonpow",
+            json!({ "identity": "anonymous", "pow_bits": 8, "admission_rate_per_s": 0.001 }),
+        )
+        .await;
     let challenge: Value = stack
         .http
         .get(format!("{}/v1/events/anonpow/challenge", stack.gateway))
@@ -823,12 +801,12 @@ async fn an_account_fan_is_the_subject_of_a_verified_identity_token(
         c.identity_audience = "boxoffice".into();
     })
     .await;
-    create_event_with(
-        &stack,
-        "acct",
-        json!({ "identity": "account", "admission_rate_per_s": 0.001 }),
-    )
-    .await;
+    stack
+        .create_event_with(
+            "acct",
+            json!({ "identity": "account", "admission_rate_per_s": 0.001 }),
+        )
+        .await;
 
     let claims = |sub: &str, aud: &str, exp_in: i64| json!({ "sub": sub, "iss": ISSUER, "aud": aud, "exp": now_s() as i64 + exp_in });
     let ed = |claims: &Value| {

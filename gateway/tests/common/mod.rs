@@ -241,6 +241,33 @@ impl Stack {
         }
     }
 
+    /// Creates an event open now with the settings in `extra` on top of
+    /// the usual ones (capacity 10, rate 50/s, per-fan limit 2).
+    pub async fn create_event_with(&self, event_id: &str, extra: Value) {
+        let mut body = json!({
+            "name": format!("Test {event_id}"), "capacity": 10,
+            "opens_at": chrono::Utc::now() - chrono::Duration::seconds(1),
+            "admission_rate_per_s": 50.0, "max_active": 1000, "access_ttl_s": 120,
+            "per_fan_limit": 2, "max_queue": 10_000, "price_cents": 4_500,
+        });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let response = self
+            .http
+            .put(format!("{}/admin/v1/events/{event_id}", self.admission))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{:?}",
+            response.text().await
+        );
+    }
+
     /// Creates an event that is open now.
     pub async fn create_event(
         &self,
