@@ -10,10 +10,17 @@
 //! 2. per-IP rate limit (`tower_governor`, keyed by [`crate::client_ip`]):
 //!    past the quota, 429 `rate-limited` with `Retry-After`, before any work
 //!    is done; idle addresses are forgotten every minute;
-//! 3. load shedding: at most `max_in_flight` requests are handled at once; the
+//! 3. per-client concurrency: one address has at most `per_client_in_flight`
+//!    requests in flight (429 past it), so trickled bodies from one address
+//!    cannot take the global places;
+//! 4. load shedding: at most `max_in_flight` requests are handled at once; the
 //!    next gets 503 `overloaded` with `Retry-After` at once instead of queueing;
-//! 4. a deadline for the whole request: 503 `overloaded` when it passes;
-//! 5. a body limit: larger bodies are 413 `payload-too-large`.
+//! 5. a deadline for the whole request: 503 `overloaded` when it passes;
+//! 6. a body limit (larger bodies are 413 `payload-too-large`) and a body
+//!    read timeout.
+//!
+//! `/healthz`, `/readyz` and `/metrics` go around all of them. Headers must
+//! arrive within `header_timeout_ms` (see [`crate::serve`]).
 //!
 //! The access-token check sits on the purchase route itself (see [`crate::access`]).
 

@@ -67,6 +67,14 @@ pub struct JoinRequest {
     pub pow: Option<pow::Solution>,
 }
 
+fn invalid_fan_id() -> Problem {
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-fan-id",
+        "fan_id must be 1-64 characters of A-Z, a-z, 0-9 and . _ @ + -",
+    )
+}
+
 fn not_accepted(what: &str) -> Problem {
     Problem::new(
         StatusCode::UNPROCESSABLE_ENTITY,
@@ -86,11 +94,7 @@ fn fan_of(
     match identity {
         Identity::Declared => match &request.fan_id {
             Some(id) if valid_fan_id(id) => Ok(id.clone()),
-            _ => Err(Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid-fan-id",
-                "fan_id must be 1-64 characters of A-Z, a-z, 0-9 and . _ @ + -",
-            )),
+            _ => Err(invalid_fan_id()),
         },
         Identity::Anonymous => {
             if request.fan_id.is_some() {
@@ -209,9 +213,9 @@ fn sold_out() -> Problem {
     Problem::new(StatusCode::GONE, "sold-out", "every seat is sold")
 }
 
-/// A declared fan id that can never be valid, whatever the event's mode
-/// (the mode itself is checked once the event is read).
-fn config_free_check(request: &JoinRequest) -> bool {
+/// A fan id was sent that no event could accept (checked before the event
+/// is read; whether the event takes a fan id at all is checked after).
+fn malformed_fan_id(request: &JoinRequest) -> bool {
     request
         .fan_id
         .as_deref()
@@ -241,7 +245,7 @@ fn config_free_check(request: &JoinRequest) -> bool {
         (status = 422, description = "`invalid-body`, `invalid-fan-id`, `fan-id-not-accepted` (anonymous and account events name their fans), `invalid-proof-of-work`", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "`proof-of-work-required`: solve `GET …/challenge` first", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "`room-full`, `rate-limited` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`overloaded`, `upstream-unavailable` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`overloaded`, `upstream-unavailable`, `identity-unavailable` (with `Retry-After`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 async fn join(
@@ -251,13 +255,9 @@ async fn join(
     Json(request): Json<JoinRequest>,
 ) -> Result<Response, Problem> {
     let keys = event_keys(&state, &event_id)?;
-    // A declared fan id is checked before any Redis work.
-    if config_free_check(&request) {
-        return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid-fan-id",
-            "fan_id must be 1-64 characters of A-Z, a-z, 0-9 and . _ @ + -",
-        ));
+    // A malformed fan id is refused before any Redis work.
+    if malformed_fan_id(&request) {
+        return Err(invalid_fan_id());
     }
     let event = edge_event(&state, &keys, &event_id).await?;
     let config = &event.config;
