@@ -130,14 +130,10 @@ pub struct Options {
     /// The payment provider, whose charges the verdict reads.
     #[arg(long, env = "PAYMENT_URL", default_value = "http://127.0.0.1:8084")]
     pub payment_url: String,
-    /// The payment provider's API key (its `/v1/charges` wants it).
-    #[arg(
-        long,
-        env = "PAYMENT_API_KEY",
-        hide_env_values = true,
-        default_value = ""
-    )]
-    pub payment_api_key: String,
+    /// The payment provider's API key (its `/v1/charges` wants it); default:
+    /// `.run/keys/payment.key` as `scripts/up.sh` made it.
+    #[arg(long, env = "PAYMENT_API_KEY", hide_env_values = true)]
+    pub payment_api_key: Option<String>,
 
     /// A sale threshold (repeatable): `admission-accuracy<=2%`, `dropped<=0`,
     /// `sold-out-after<=60s`, `confirm-p95<=10s`, `errors<=0`, `verdict`.

@@ -205,8 +205,13 @@ pub async fn run(
     );
     // The provider's `/v1/charges` wants its API key.
     let mut headers = reqwest::header::HeaderMap::new();
-    let mut key: reqwest::header::HeaderValue =
-        format!("Bearer {}", options.payment_api_key).parse()?;
+    let payment_key = match &options.payment_api_key {
+        Some(key) => key.clone(),
+        None => std::fs::read_to_string(".run/keys/payment.key")
+            .map(|k| k.trim().to_owned())
+            .unwrap_or_default(),
+    };
+    let mut key: reqwest::header::HeaderValue = format!("Bearer {payment_key}").parse()?;
     key.set_sensitive(true);
     headers.insert(reqwest::header::AUTHORIZATION, key);
     let http = reqwest::Client::builder()
