@@ -89,7 +89,10 @@ pub struct Config {
     pub request_timeout_ms: u64,
     /// A client must send a request's headers within this time, or the
     /// connection is closed (a slow client holds no more than a socket).
-    #[arg(long, env = "BOXOFFICE_HEADER_TIMEOUT_MS", default_value_t = 5_000)]
+    /// It also bounds how long an idle keep-alive connection waits for its
+    /// next request, so it is longer than the longest status-poll interval
+    /// (30 s): a fan's pooled connection is not closed under its next poll.
+    #[arg(long, env = "BOXOFFICE_HEADER_TIMEOUT_MS", default_value_t = 65_000)]
     pub header_timeout_ms: u64,
     /// A request's body must arrive within this time (else 408), so a
     /// trickled body cannot hold a place among the requests in flight.
