@@ -1,7 +1,9 @@
 //! Whose request it is, for the per-IP limit. The peer address, unless the
 //! peer is a trusted proxy (`BOXOFFICE_TRUSTED_PROXIES`, CIDRs): then the
-//! client is the rightmost address of `Forwarded` (RFC 7239) or, without
-//! it, `X-Forwarded-For` that is not itself a trusted proxy. The headers
+//! client is the rightmost address of the header those proxies write
+//! (`BOXOFFICE_FORWARDED_HEADER`: `X-Forwarded-For` by default, or
+//! `Forwarded`, RFC 7239; never the other one) that is not itself a trusted
+//! proxy. The headers
 //! are never read from anyone else, so a client cannot pick its own key by
 //! sending them. IPv6 clients are keyed by their /64 (one host commonly has
 //! a whole one); IPv4-mapped IPv6 addresses as IPv4.
@@ -18,6 +20,7 @@ use tower_governor::GovernorError;
 #[derive(Clone, Debug, Default)]
 pub struct ClientIp {
     trusted: Arc<[IpNet]>,
+    header: ForwardedHeader,
 }
 
 /// The key of an address: IPv4 as is, IPv6 by its /64.
@@ -44,37 +47,54 @@ fn hop(text: &str) -> Option<IpAddr> {
     text.parse::<SocketAddr>().ok().map(|a| a.ip())
 }
 
-/// The hops, first (the client as the first proxy saw it) to last; `None`
-/// for one that cannot be read.
-fn hops(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
-    let forwarded: Vec<Option<IpAddr>> = headers
-        .get_all("forwarded")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|element| {
-            element.split(';').find_map(|pair| {
-                let (name, value) = pair.split_once('=')?;
-                name.trim().eq_ignore_ascii_case("for").then(|| hop(value))
+/// Which header the trusted proxies write the client's address into.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For` (nginx, HAProxy, cloud load balancers).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=…` (RFC 7239).
+    Forwarded,
+}
+
+/// The hops of the one header the proxies write, first (the client as the
+/// first proxy saw it) to last; `None` for one that cannot be read. The
+/// other header is never read: a proxy that only appends to one passes the
+/// client's own copy of the other through.
+fn hops(headers: &HeaderMap, header: ForwardedHeader) -> Vec<Option<IpAddr>> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::to_owned)
+            .collect()
+    };
+    match header {
+        ForwardedHeader::XForwardedFor => {
+            values("x-forwarded-for").iter().map(|h| hop(h)).collect()
+        }
+        ForwardedHeader::Forwarded => values("forwarded")
+            .iter()
+            .map(|element| {
+                // An element without `for=` names no client: unreadable.
+                element.split(';').find_map(|pair| {
+                    let (name, value) = pair.split_once('=')?;
+                    name.trim()
+                        .eq_ignore_ascii_case("for")
+                        .then(|| hop(value))?
+                })
             })
-        })
-        .collect();
-    if !forwarded.is_empty() {
-        return forwarded;
+            .collect(),
     }
-    headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(hop)
-        .collect()
 }
 
 impl ClientIp {
-    pub fn new(trusted: Vec<IpNet>) -> Self {
+    pub fn new(trusted: Vec<IpNet>, header: ForwardedHeader) -> Self {
         Self {
             trusted: trusted.into(),
+            header,
         }
     }
 
@@ -89,7 +109,7 @@ impl ClientIp {
         }
         // From the nearest hop outwards, past our own proxies.
         let mut client = peer;
-        for hop in hops(headers).into_iter().rev() {
+        for hop in hops(headers, self.header).into_iter().rev() {
             match hop {
                 Some(ip) if self.is_trusted(ip) => client = ip,
                 Some(ip) => return key(ip),
@@ -132,7 +152,10 @@ mod tests {
 
     #[test]
     fn forwarded_headers_count_only_from_trusted_proxies() {
-        let proxies = ClientIp::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        let proxies = ClientIp::new(
+            vec!["10.0.0.0/8".parse().unwrap()],
+            ForwardedHeader::XForwardedFor,
+        );
         let spoofed = headers(&[("x-forwarded-for", "198.51.100.1")]);
         // Not from a proxy: the header is the client's own word, ignored.
         assert_eq!(proxies.of(ip("203.0.113.9"), &spoofed), ip("203.0.113.9"));
@@ -160,8 +183,8 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_wins_and_its_forms_are_read() {
-        let proxies = ClientIp::new(vec!["10.0.0.0/8".parse().unwrap()]);
+    fn only_the_configured_header_is_read_in_its_forms() {
+        let trusted = || vec!["10.0.0.0/8".parse().unwrap()];
         let both = headers(&[
             (
                 "forwarded",
@@ -169,9 +192,16 @@ mod tests {
             ),
             ("x-forwarded-for", "198.51.100.1"),
         ]);
-        assert_eq!(proxies.of(ip("10.0.0.2"), &both), ip("2001:db8:cafe:1::"));
+        let xff = ClientIp::new(trusted(), ForwardedHeader::XForwardedFor);
+        // A client's own `Forwarded` passed through an XFF proxy is ignored.
+        assert_eq!(xff.of(ip("10.0.0.2"), &both), ip("198.51.100.1"));
+        let forwarded = ClientIp::new(trusted(), ForwardedHeader::Forwarded);
+        assert_eq!(forwarded.of(ip("10.0.0.2"), &both), ip("2001:db8:cafe:1::"));
+        // An element without `for=` stops the walk at the proxy before it.
+        let no_for = headers(&[("forwarded", "for=192.0.2.60, proto=https, for=10.0.0.7")]);
+        assert_eq!(forwarded.of(ip("10.0.0.2"), &no_for), ip("10.0.0.7"));
         let with_port = headers(&[("x-forwarded-for", "203.0.113.7:5555")]);
-        assert_eq!(proxies.of(ip("10.0.0.2"), &with_port), ip("203.0.113.7"));
+        assert_eq!(xff.of(ip("10.0.0.2"), &with_port), ip("203.0.113.7"));
     }
 
     #[test]

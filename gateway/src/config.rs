@@ -69,6 +69,15 @@ pub struct Config {
     /// address. Empty: the peer is the client.
     #[arg(long, env = "BOXOFFICE_TRUSTED_PROXIES", value_delimiter = ',')]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The header the trusted proxies write the client's address into; the
+    /// other one is never read.
+    #[arg(
+        long,
+        env = "BOXOFFICE_FORWARDED_HEADER",
+        value_enum,
+        default_value = "x-forwarded-for"
+    )]
+    pub forwarded_header: crate::client_ip::ForwardedHeader,
     /// Requests per second one IP address (an IPv6 /64) may make (sustained).
     #[arg(long, env = "BOXOFFICE_PER_IP_RATE", default_value_t = 50)]
     pub per_ip_rate: u64,
@@ -94,8 +103,9 @@ pub struct Config {
     /// (30 s): a fan's pooled connection is not closed under its next poll.
     #[arg(long, env = "BOXOFFICE_HEADER_TIMEOUT_MS", default_value_t = 65_000)]
     pub header_timeout_ms: u64,
-    /// A request's body must arrive within this time (else 408), so a
-    /// trickled body cannot hold a place among the requests in flight.
+    /// Each part of a request's body must arrive within this time of the
+    /// last (else a 4xx), and the whole request within the request deadline
+    /// (else 503), so a trickled body cannot hold a place for long.
     #[arg(long, env = "BOXOFFICE_BODY_TIMEOUT_MS", default_value_t = 5_000)]
     pub body_timeout_ms: u64,
     /// Requests one client address (an IPv6 /64) may have in flight at once;

@@ -76,7 +76,10 @@ const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 /// Wraps the routes in the protective layers configured in `config`.
 pub fn protect(routes: Router, config: &Config) -> Router {
     let per_ip = GovernorConfigBuilder::default()
-        .key_extractor(ClientIp::new(config.trusted_proxies.clone()))
+        .key_extractor(ClientIp::new(
+            config.trusted_proxies.clone(),
+            config.forwarded_header,
+        ))
         .per_millisecond((1000 / config.per_ip_rate.max(1)).max(1))
         .burst_size(config.per_ip_burst.max(1))
         .finish()
@@ -94,7 +97,7 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
         .layer(axum::middleware::from_fn_with_state(
             std::sync::Arc::new(PerClient::new(
-                ClientIp::new(config.trusted_proxies.clone()),
+                ClientIp::new(config.trusted_proxies.clone(), config.forwarded_header),
                 config.per_client_in_flight,
             )),
             per_client,

@@ -77,8 +77,14 @@ impl IdentityProvider {
     /// Reads the JWKS from a file or an `http(s)://` URL.
     pub async fn load(source: &str, issuer: &str, audience: &str) -> anyhow::Result<Self> {
         let jwks = if is_url(source) {
+            // A JWKS fetched in clear could be swapped on the way.
+            anyhow::ensure!(
+                source.starts_with("https://"),
+                "the identity JWKS must be fetched over https"
+            );
             reqwest::Client::builder()
                 .timeout(std::time::Duration::from_secs(10))
+                .redirect(reqwest::redirect::Policy::none())
                 .build()?
                 .get(source)
                 .send()

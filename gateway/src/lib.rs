@@ -207,7 +207,14 @@ pub async fn serve(
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    // Within the orchestrator's grace period (30 s in k8s/): a connection
+    // that stays busy past it is cut.
+    if tokio::time::timeout(Duration::from_secs(20), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after 20 s of draining; closing them");
+    }
     Ok(())
 }
 

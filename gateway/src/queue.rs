@@ -274,6 +274,16 @@ async fn join(
     if event.sold_out() {
         return Err(sold_out());
     }
+    // Before the line opens nothing is checked or spent (a challenge included).
+    if now < config.prequeue_at_ms {
+        let wait_s = ((config.prequeue_at_ms - now) as u64).div_ceil(1000);
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "not-open",
+            "the waiting room is not open yet",
+        )
+        .retry_after(wait_s));
+    }
     // A repeat anonymous join (with its ticket) already paid for its place.
     let repeat_anonymous = config.identity == Identity::Anonymous && bearer(&headers).is_some();
     if config.pow_bits > 0 && !repeat_anonymous {
@@ -323,15 +333,6 @@ async fn join(
                 ));
             }
         }
-    }
-    if now < config.prequeue_at_ms {
-        let wait_s = ((config.prequeue_at_ms - now) as u64).div_ceil(1000);
-        return Err(Problem::new(
-            StatusCode::CONFLICT,
-            "not-open",
-            "the waiting room is not open yet",
-        )
-        .retry_after(wait_s));
     }
     let prequeue_score = if now < config.opens_at_ms {
         prequeue_score(&config.shuffle_seed, &fan_id).to_string()

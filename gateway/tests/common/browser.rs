@@ -69,14 +69,12 @@ impl Browser {
     pub async fn wait_text(&self, id: &str, text: &str, within: Duration) -> String {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let found = self
-                .client
-                .find(Locator::Id(id))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            // The page may replace the element between finding and reading
+            // it (a stale reference): that is "not yet", not a failure.
+            let found = match self.client.find(Locator::Id(id)).await {
+                Ok(element) => element.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
             if found.contains(text) {
                 return found;
             }
