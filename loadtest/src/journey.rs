@@ -220,6 +220,11 @@ async fn start_user(user: &mut GooseUser) -> TransactionResult {
     let mut builder = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
         .connect_timeout(Duration::from_secs(5))
+        // Below the gateway's keep-alive limit (its 65 s header timer), as
+        // browsers keep theirs: a fan idle longer (an attacker waiting for
+        // its token to expire) opens a new connection instead of racing the
+        // server's close of the old one.
+        .pool_idle_timeout(Duration::from_secs(30))
         .user_agent("boxoffice-loadtest");
     if !run.crowd.addresses.is_empty() {
         let address = run.crowd.addresses[user.weighted_users_index % run.crowd.addresses.len()];
