@@ -24,7 +24,6 @@
 //!
 //! The access-token check sits on the purchase route itself (see [`crate::access`]).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
@@ -235,13 +234,6 @@ async fn per_client(
         .retry_after(1)
         .into_response(),
     }
-}
-
-/// The service `axum::serve` needs for the per-IP limit to see peer addresses.
-pub fn with_peers(
-    app: Router,
-) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<Router, SocketAddr> {
-    app.into_make_service_with_connect_info::<SocketAddr>()
 }
 
 #[cfg(test)]
