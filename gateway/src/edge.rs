@@ -238,6 +238,7 @@ async fn per_client(
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
     use std::sync::{Arc, Mutex};
 
     use axum::body::Body;
