@@ -392,3 +392,103 @@ async fn an_anonymous_fan_keeps_its_place_across_a_reload(
     browser.stop().await;
     stack.stop().await;
 }
+
+/// An `account` event: the ticketing site's login sends the fan to the page
+/// with an identity token in the address; the page joins with it, and takes
+/// it out of the address bar and the history at once, so that a shared link
+/// or a screenshot does not hand the fan's login to someone else.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_account_fan_joins_with_the_token_in_the_address_and_the_page_removes_it(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+
+    let pem = boxoffice_contract::token::generate_ed25519_pem();
+    let jwks =
+        boxoffice_contract::token::KeySet::from_pems("login", &pem, &[], common::QUEUE_SECRET)
+            .unwrap()
+            .jwks();
+    let kid = jwks["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let jwks_file = std::env::temp_dir().join(format!("jwks-{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(&jwks_file, jwks.to_string()).unwrap();
+    let path = jwks_file.display().to_string();
+    let stack = Stack::start_with_gateway(options, connect, |c| {
+        c.identity_jwks = Some(path);
+        c.identity_issuer = "https://login.example.com".into();
+        c.identity_audience = "boxoffice".into();
+    })
+    .await;
+    stack
+        .create_event_with(
+            "acct",
+            json!({ "name": "Members' sale", "identity": "account", "admission_rate_per_s": 0.001 }),
+        )
+        .await;
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.kid = Some(kid);
+    let token = encode(
+        &header,
+        &json!({
+            "sub": "user-42", "iss": "https://login.example.com", "aud": "boxoffice",
+            "exp": boxoffice_contract::token::now_s() + 600,
+        }),
+        &EncodingKey::from_ed_pem(pem.as_bytes()).unwrap(),
+    )
+    .unwrap();
+
+    let browser = Browser::start().await;
+    let history_length = || async {
+        browser
+            .client
+            .execute("return history.length", vec![])
+            .await
+            .unwrap()
+            .as_u64()
+            .unwrap()
+    };
+    let before = history_length().await;
+    browser
+        .client
+        .goto(&format!(
+            "{}/?event=acct#identity_token={token}",
+            stack.gateway
+        ))
+        .await
+        .unwrap();
+    browser
+        .wait_text("name", "Members' sale", Duration::from_secs(10))
+        .await;
+    let address = browser.client.current_url().await.unwrap().to_string();
+    assert!(
+        !address.contains(&token),
+        "the token is still in the address: {address}"
+    );
+    assert!(address.ends_with("/?event=acct"), "{address}");
+    assert_eq!(
+        history_length().await,
+        before + 1,
+        "replaced, not pushed: no entry with the token behind it"
+    );
+    browser.click("#join").await;
+    browser
+        .wait_text("status", "You are in line", Duration::from_secs(30))
+        .await;
+    let mut redis = redis::Client::open(common::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let queue = boxoffice_contract::keys::EventKeys::new(&stack.prefix, "acct").queue();
+    let fans: Vec<String> = redis::cmd("ZRANGE")
+        .arg(queue)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(fans, ["user-42"], "the page joined as the token's subject");
+    browser.stop().await;
+    stack.stop().await;
+    let _ = std::fs::remove_file(jwks_file);
+}
