@@ -592,12 +592,7 @@ async fn a_rebalance_drains_in_flight_work_and_commits_before_giving_partitions_
         ("BOXOFFICE_WORKERS", "8"),
         ("BOXOFFICE_EXTRA_SERVICE_MS", "2000"),
     ];
-    let mut first = spawn_worker(
-        &db,
-        &topic,
-        &group,
-        &[slow[0], slow[1], ("BOXOFFICE_WORKER_INSTANCE", "a")],
-    );
+    let mut first = spawn_worker(&db, &topic, &group, &slow);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while gauge(&first.metrics, "boxoffice_worker_in_flight").await < Some(8.0) {
         assert!(
@@ -607,12 +602,7 @@ async fn a_rebalance_drains_in_flight_work_and_commits_before_giving_partitions_
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // A second member joins while eight messages are in the middle of their work.
-    let mut second = spawn_worker(
-        &db,
-        &topic,
-        &group,
-        &[slow[0], slow[1], ("BOXOFFICE_WORKER_INSTANCE", "b")],
-    );
+    let mut second = spawn_worker(&db, &topic, &group, &slow);
     wait_consumed(&topic, &group, Duration::from_secs(120)).await;
     assert_eq!(
         count(&pool, "SELECT count(*) FROM processed_events").await,
