@@ -134,8 +134,19 @@ impl BrokerProbe {
 
     /// Per partition of the order topic: high watermark − the group's committed offset.
     pub async fn lag(&self) -> anyhow::Result<Vec<(i32, i64)>> {
+        Ok(self
+            .progress()
+            .await?
+            .into_iter()
+            .map(|p| (p.partition, p.lag))
+            .collect())
+    }
+
+    /// Per partition of the order topic: where the group's commits stand and
+    /// how far behind the high watermark.
+    pub async fn progress(&self) -> anyhow::Result<Vec<PartitionProgress>> {
         let (consumer, topic, timeout) = (self.consumer.clone(), self.topic.clone(), self.timeout);
-        tokio::task::spawn_blocking(move || partition_lag(&consumer, &topic, timeout)).await?
+        tokio::task::spawn_blocking(move || partition_progress(&consumer, &topic, timeout)).await?
     }
 
     /// Messages held by the dead-letter topic `{topic}.dlq`, the workers'
@@ -161,13 +172,23 @@ impl BrokerProbe {
     }
 }
 
-/// Per partition: high watermark − the group's committed offset (the whole
-/// partition when nothing is committed yet). Blocking; run it off the runtime.
-pub fn partition_lag(
+/// One partition of a group's topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionProgress {
+    pub partition: i32,
+    /// The group's committed offset (the low watermark when nothing is committed yet).
+    pub done: i64,
+    /// High watermark − `done`.
+    pub lag: i64,
+}
+
+/// Per partition: the group's committed offset and how far the high
+/// watermark is ahead of it. Blocking; run it off the runtime.
+pub fn partition_progress(
     consumer: &BaseConsumer,
     topic: &str,
     timeout: Duration,
-) -> anyhow::Result<Vec<(i32, i64)>> {
+) -> anyhow::Result<Vec<PartitionProgress>> {
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
     let partitions: Vec<i32> = metadata
         .topics()
@@ -186,7 +207,11 @@ pub fn partition_lag(
             Some(Offset::Offset(o)) => o,
             _ => low,
         };
-        lags.push((p, (high - done).max(0)));
+        lags.push(PartitionProgress {
+            partition: p,
+            done,
+            lag: (high - done).max(0),
+        });
     }
     Ok(lags)
 }

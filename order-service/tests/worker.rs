@@ -635,3 +635,65 @@ async fn a_rebalance_drains_in_flight_work_and_commits_before_giving_partitions_
         assert!(worker.child.wait().unwrap().success());
     }
 }
+
+/// A member killed for good (kill -9, never restarted): its partitions do
+/// not stay with it. tansu 0.6.0 keeps a dead member's assignment; the
+/// survivor sees them behind and unmoved, not its own, leaves the group and
+/// joins again, and gets them. Every order gets its tickets once.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_dead_members_partitions_go_to_the_survivor(pool: PgPool) {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 4)
+        .await
+        .unwrap();
+    let orders = seed_orders(&pool, 80, 1).await;
+    produce_keyed_by_order(&topic, &orders).await;
+    let db = database_url(&pool).await;
+    // ORPHAN_TIMEOUT_MS=0 turns the watch off, to see this test fail without it.
+    let watch = std::env::var("ORPHAN_TIMEOUT_MS").unwrap_or_else(|_| "5000".into());
+    let env = [
+        ("BOXOFFICE_WORKERS", "2"),
+        ("BOXOFFICE_EXTRA_SERVICE_MS", "500"),
+        ("BOXOFFICE_ORPHAN_TIMEOUT_MS", watch.as_str()),
+    ];
+    let mut survivor = spawn_worker(&db, &topic, &group, &env);
+    let issued = "boxoffice_worker_events_total{outcome=\"issued\"}";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while gauge(&survivor.metrics, "boxoffice_worker_in_flight").await < Some(1.0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first worker never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut doomed = spawn_worker(&db, &topic, &group, &env);
+    while gauge(&doomed.metrics, issued).await < Some(1.0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second worker never got work"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    doomed.child.kill().unwrap();
+    doomed.child.wait().unwrap();
+    assert!(
+        count(&pool, "SELECT count(*) FROM processed_events").await < 60,
+        "the kill came too late to leave anything behind"
+    );
+
+    wait_consumed(&topic, &group, Duration::from_secs(120)).await;
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM processed_events").await,
+        80
+    );
+    let not_once: i64 = count(
+        &pool,
+        "SELECT count(*) FROM orders o WHERE (SELECT count(*) FROM tickets t WHERE t.order_id = o.order_id) <> 1",
+    )
+    .await;
+    assert_eq!(not_once, 0);
+    assert!(counter(&survivor.metrics, "boxoffice_worker_resubscribes_total").await >= 1.0);
+    // SAFETY: signalling a child we own.
+    unsafe { libc::kill(survivor.child.id() as i32, libc::SIGTERM) };
+    assert!(survivor.child.wait().unwrap().success());
+}

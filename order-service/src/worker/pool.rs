@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::dlq::{self, ErrorClass};
 use super::{handle, HandleError, Issuer, Outcome};
+use crate::health::PartitionProgress;
 use crate::tickets::{TicketSigner, TicketStore};
 use crate::{WorkerConfig, Workers};
 
@@ -416,7 +417,10 @@ pub async fn run(
     };
     let probe =
         crate::health::BrokerProbe::new(&config.kafka_brokers, &config.group, &config.topic)?;
-    let lag = tokio::spawn(report_lag(probe, cancel.clone()));
+    let (progress_tx, mut progress_rx) = tokio::sync::mpsc::channel(1);
+    let lag = tokio::spawn(report_lag(probe, progress_tx, cancel.clone()));
+    let mut orphans = OrphanWatch::new(Duration::from_millis(config.orphan_timeout_ms));
+    metrics::counter!("boxoffice_worker_resubscribes_total").increment(0);
 
     let mut size = match config.workers {
         Workers::Fixed(n) => n,
@@ -496,6 +500,24 @@ pub async fn run(
                         tracing::info!(from = size, to = next, service_time_s, "resizing the pool");
                         size = next;
                         metrics::gauge!("boxoffice_worker_pool_size").set(size as f64);
+                    }
+                }
+            }
+            Some(progress) = progress_rx.recv() => {
+                let ours: HashSet<i32> = consumer
+                    .assignment()
+                    .map(|list| list.elements().iter().filter(|e| e.topic() == config.topic).map(|e| e.partition()).collect())
+                    .unwrap_or_default();
+                let orphaned = orphans.observe(Instant::now(), &progress, &ours);
+                if !orphaned.is_empty() {
+                    // The group gave these partitions to a member that is
+                    // gone (tansu 0.6.0 keeps a dead member's assignment):
+                    // leave and join again, which forces a new assignment.
+                    tracing::warn!(?orphaned, timeout = ?orphans.timeout, "partitions behind and unmoved, not ours: rejoining the group");
+                    metrics::counter!("boxoffice_worker_resubscribes_total").increment(1);
+                    consumer.unsubscribe();
+                    if let Err(error) = consumer.subscribe(&[&config.topic]) {
+                        tracing::error!(%error, "subscribing again failed");
                     }
                 }
             }
@@ -642,14 +664,86 @@ fn purge_revoked(
 
 /// Exports `boxoffice_consumer_lag{topic,partition}` (high watermark −
 /// committed) every 5 s.
-async fn report_lag(probe: crate::health::BrokerProbe, cancel: CancellationToken) {
-    while !cancel.is_cancelled() {
-        let lag = probe.lag().await;
-        if let Ok(partitions) = lag {
-            for (partition, lag) in partitions {
-                metrics::gauge!("boxoffice_consumer_lag", "topic" => probe.topic().to_owned(), "partition" => partition.to_string())
-                    .set(lag as f64);
+/// Finds partitions nobody works on: behind, their committed offset
+/// unmoved for `timeout`, and not this member's, while this member's own
+/// partitions move (if they are stuck too, a dependency is down and a new
+/// assignment would not help). At most one rejoin per `timeout`.
+struct OrphanWatch {
+    /// Zero: never.
+    timeout: Duration,
+    /// Per partition behind: its committed offset, and since when it is unmoved.
+    stuck: HashMap<i32, (i64, Instant)>,
+    last_rejoin: Option<Instant>,
+}
+
+impl OrphanWatch {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            stuck: HashMap::new(),
+            last_rejoin: None,
+        }
+    }
+
+    /// Books a snapshot; returns the orphaned partitions when it is time to rejoin.
+    fn observe(
+        &mut self,
+        now: Instant,
+        progress: &[PartitionProgress],
+        ours: &HashSet<i32>,
+    ) -> Vec<i32> {
+        if self.timeout.is_zero() {
+            return Vec::new();
+        }
+        for p in progress {
+            if p.lag == 0 {
+                self.stuck.remove(&p.partition);
+                continue;
             }
+            match self.stuck.get(&p.partition) {
+                Some((done, _)) if *done == p.done => {}
+                _ => {
+                    self.stuck.insert(p.partition, (p.done, now));
+                }
+            }
+        }
+        let long: Vec<i32> = self
+            .stuck
+            .iter()
+            .filter(|(_, (_, since))| now.duration_since(*since) >= self.timeout)
+            .map(|(partition, _)| *partition)
+            .collect();
+        if long.iter().any(|p| ours.contains(p)) {
+            return Vec::new();
+        }
+        let mut orphaned: Vec<i32> = long.into_iter().filter(|p| !ours.contains(p)).collect();
+        let rested = self
+            .last_rejoin
+            .is_none_or(|at| now.duration_since(at) >= self.timeout);
+        if orphaned.is_empty() || !rested {
+            return Vec::new();
+        }
+        orphaned.sort_unstable();
+        self.last_rejoin = Some(now);
+        // Watch afresh under the new assignment.
+        self.stuck.clear();
+        orphaned
+    }
+}
+
+async fn report_lag(
+    probe: crate::health::BrokerProbe,
+    progress: tokio::sync::mpsc::Sender<Vec<PartitionProgress>>,
+    cancel: CancellationToken,
+) {
+    while !cancel.is_cancelled() {
+        if let Ok(partitions) = probe.progress().await {
+            for p in &partitions {
+                metrics::gauge!("boxoffice_consumer_lag", "topic" => probe.topic().to_owned(), "partition" => p.partition.to_string())
+                    .set(p.lag as f64);
+            }
+            // For the orphan watch; a snapshot it has not read yet is simply replaced next time.
+            let _ = progress.try_send(partitions);
         }
         tokio::select! {
             () = cancel.cancelled() => break,
@@ -679,6 +773,86 @@ mod tests {
                 )
             }
             other => panic!("expected a fatal error, got {other:?}"),
+        }
+    }
+
+    fn snapshot(parts: &[(i32, i64, i64)]) -> Vec<PartitionProgress> {
+        parts
+            .iter()
+            .map(|&(partition, done, lag)| PartitionProgress {
+                partition,
+                done,
+                lag,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_partition_behind_unmoved_and_not_ours_is_orphaned_after_the_timeout() {
+        let mut watch = OrphanWatch::new(Duration::from_secs(30));
+        let t0 = Instant::now();
+        let ours = HashSet::from([0, 1]);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Ours move; 2 and 3 are behind and do not.
+        assert!(watch
+            .observe(
+                at(0),
+                &snapshot(&[(0, 5, 3), (1, 5, 3), (2, 7, 4), (3, 0, 0)]),
+                &ours
+            )
+            .is_empty());
+        assert!(watch
+            .observe(
+                at(20),
+                &snapshot(&[(0, 8, 1), (1, 8, 1), (2, 7, 4), (3, 0, 0)]),
+                &ours
+            )
+            .is_empty());
+        assert_eq!(
+            watch.observe(
+                at(30),
+                &snapshot(&[(0, 9, 0), (1, 9, 0), (2, 7, 4), (3, 0, 0)]),
+                &ours
+            ),
+            [2]
+        );
+        // Once per timeout, watching afresh.
+        assert!(watch
+            .observe(at(35), &snapshot(&[(2, 7, 4)]), &ours)
+            .is_empty());
+        assert!(
+            watch
+                .observe(at(60), &snapshot(&[(2, 7, 4)]), &ours)
+                .is_empty(),
+            "unmoved only 25 s since the rejoin"
+        );
+        assert_eq!(watch.observe(at(66), &snapshot(&[(2, 7, 4)]), &ours), [2]);
+    }
+
+    #[test]
+    fn moving_caught_up_or_our_own_stuck_partitions_are_no_orphans() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let ours = HashSet::from([0]);
+        // Another member's partition that moves, and one caught up.
+        let mut watch = OrphanWatch::new(Duration::from_secs(30));
+        for (i, s) in [0, 20, 40, 60].into_iter().enumerate() {
+            let progress = snapshot(&[(0, 1, 0), (1, 10 + i as i64, 5), (2, 4, 0)]);
+            assert!(watch.observe(at(s), &progress, &ours).is_empty());
+        }
+        // Ours is stuck as well: a dependency is down, not a member.
+        let mut watch = OrphanWatch::new(Duration::from_secs(30));
+        for s in [0, 40, 80] {
+            assert!(watch
+                .observe(at(s), &snapshot(&[(0, 3, 2), (1, 3, 2)]), &ours)
+                .is_empty());
+        }
+        // Zero turns the watch off.
+        let mut watch = OrphanWatch::new(Duration::ZERO);
+        for s in [0, 40, 80] {
+            assert!(watch
+                .observe(at(s), &snapshot(&[(1, 3, 2)]), &ours)
+                .is_empty());
         }
     }
 
