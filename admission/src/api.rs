@@ -349,7 +349,7 @@ pub struct EventView {
         (status = 200, description = "Replaced", body = EventView),
         (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`: no or wrong admin token", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`capacity-below-sold`; `seed-published` (the event has opened, so its shuffle seed is public: `opens_at` cannot move into the future again)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`capacity-below-sold`; `seed-published` (the event has opened, so its shuffle seed is public: `opens_at` cannot move into the future again); `identity-fixed` (fans are in line or the event has opened: its `identity` cannot change)", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid-field`, `invalid-body`", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
@@ -365,14 +365,33 @@ async fn put_event(
     // A replaced event keeps its shuffle seed: its commitment may already be public.
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
-    let (seed, opened_ms): (Option<String>, Option<i64>) = redis
-        .hget(keys.config(), &["seed", "opens_at_ms"])
+    let (seed, opened_ms, identity): (Option<String>, Option<i64>, Option<String>) = redis
+        .hget(keys.config(), &["seed", "opens_at_ms", "identity"])
         .await
         .map_err(redis_down)?;
     let existed = seed.is_some();
+    let now = now_ms();
+    // Fans in line hold places under the event's way of naming them; under
+    // another one the same person would be another fan (a second place, a
+    // second per-fan limit), and a PUT that leaves `identity` out must not
+    // turn an account sale into a declared one by default.
+    let identity = identity.as_deref().and_then(Identity::parse);
+    if identity.is_some_and(|current| current != config.identity) {
+        let in_line: u64 = redis.zcard(keys.queue()).await.map_err(redis_down)?;
+        if opened_ms.is_some_and(|at| at <= now) || in_line > 0 {
+            let current = identity.unwrap_or_default().as_str();
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                "identity-fixed",
+                format!(
+                    "this event names its fans by `{current}` and has fans in line or has opened; \
+                     send \"identity\": \"{current}\" (a PUT replaces every setting), or create a new event"
+                ),
+            ));
+        }
+    }
     // Once the event has opened its seed is public: a new opening in the
     // future would let fans who join its prequeue pick ids that land first.
-    let now = now_ms();
     if opened_ms.is_some_and(|at| at <= now) && config.opens_at_ms > now {
         return Err(Problem::new(
             StatusCode::CONFLICT,

@@ -645,6 +645,79 @@ async fn an_opened_event_cannot_be_rescheduled_to_reuse_its_public_seed(
     stack.stop().await;
 }
 
+/// An event's way of naming fans is fixed once fans hold places under it
+/// or it has opened: a PUT that leaves `identity` out (a PUT replaces every
+/// setting) must not quietly make an anonymous sale `declared`, where
+/// anyone could act as any fan by its id.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_events_identity_cannot_change_once_fans_are_in_line(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    let put = |event_id: &str, extra: Value| {
+        let mut body = json!({
+            "name": "Anon", "capacity": 10, "admission_rate_per_s": 0.001,
+            "opens_at": chrono::Utc::now() - chrono::Duration::seconds(1),
+        });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        status_of(
+            stack
+                .http
+                .put(format!("{}/admin/v1/events/{event_id}", stack.admission))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&body),
+        )
+    };
+    let identity = |event_id: &str| {
+        let url = format!("{}/v1/events/{event_id}", stack.gateway);
+        let http = stack.http.clone();
+        async move {
+            let event: Value = http.get(url).send().await.unwrap().json().await.unwrap();
+            event["identity"].as_str().unwrap().to_owned()
+        }
+    };
+
+    // Not open yet and nobody in line: still the organiser's to change.
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    let (status, body) = put(
+        "soon",
+        json!({ "identity": "anonymous", "opens_at": later }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = put("soon", json!({ "identity": "account", "opens_at": later })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(identity("soon").await, "account");
+
+    // Open, with a fan in line: fixed.
+    let (status, body) = put("anon", json!({ "identity": "anonymous" })).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = join_with(&stack, "anon", json!({}), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, problem) = put("anon", json!({ "name": "Anon, renamed" })).await;
+    assert_eq!(
+        (status, slug(&problem)),
+        (StatusCode::CONFLICT, "identity-fixed"),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"].as_str().unwrap().contains("anonymous"),
+        "{problem}"
+    );
+    assert_eq!(identity("anon").await, "anonymous");
+    // Restating it is a replacement like any other.
+    let (status, body) = put(
+        "anon",
+        json!({ "name": "Anon, renamed", "identity": "anonymous" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    stack.stop().await;
+}
+
 async fn join_with(
     stack: &Stack,
     event_id: &str,
