@@ -365,10 +365,21 @@ async fn put_event(
     // A replaced event keeps its shuffle seed: its commitment may already be public.
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
-    let (seed, opened_ms, identity): (Option<String>, Option<i64>, Option<String>) = redis
-        .hget(keys.config(), &["seed", "opens_at_ms", "identity"])
-        .await
-        .map_err(redis_down)?;
+    let current = ["seed", "opens_at_ms", "identity"];
+    let (mut seed, mut opened_ms, mut identity): (Option<String>, Option<i64>, Option<String>) =
+        redis
+            .hget(keys.config(), &current)
+            .await
+            .map_err(redis_down)?;
+    // Redis may have lost an event PostgreSQL still knows: what it already
+    // is (its published seed, its opening, its identity) comes from there,
+    // or a PUT after the loss would draw a new seed and lift every check below.
+    if seed.is_none() && restore::restore_event(&state, &event_id).await? {
+        (seed, opened_ms, identity) = redis
+            .hget(keys.config(), &current)
+            .await
+            .map_err(redis_down)?;
+    }
     let existed = seed.is_some();
     let now = now_ms();
     // Fans in line hold places under the event's way of naming them; under

@@ -73,28 +73,77 @@ pub async fn restore_once(state: &AppState) -> anyhow::Result<usize> {
         .error_for_status()?
         .json()
         .await?;
-    let script = Script::new(include_str!("restore.lua"));
-    let mut redis = state.redis.clone();
     let mut restored = 0;
     for event in kept.into_iter().filter(|e| !e.settings.is_empty()) {
-        let keys = EventKeys::new(&state.config.redis_prefix, &event.event_id);
-        let mut call = script.prepare_invoke();
-        call.key(keys.config());
-        for (field, value) in &event.settings {
-            call.arg(field).arg(value);
-        }
-        let put_back: i32 = call.invoke_async(&mut redis).await?;
-        // Apart from the script (another hash slot), and every time: a set
-        // member lost alone comes back too.
-        let _: () = redis
-            .sadd(events_key(&state.config.redis_prefix), &event.event_id)
-            .await?;
-        if put_back == 1 {
-            tracing::warn!(event_id = %event.event_id, "event settings were missing from Redis; restored from PostgreSQL");
+        if put_back(state, &event.event_id, &event.settings).await? {
             restored += 1;
         }
     }
     Ok(restored)
+}
+
+/// Puts back one event's settings if Redis lost them (before an admin write
+/// reads what the event already is: its seed, its opening, its identity);
+/// `false` when there was nothing to put back or nothing kept.
+pub async fn restore_event(state: &AppState, event_id: &str) -> Result<bool, Problem> {
+    let unavailable = |error: &dyn std::fmt::Display| {
+        tracing::error!(%error, "could not read the event's kept settings");
+        Problem::unavailable(
+            "upstream-unavailable",
+            "the order service could not say what the event's settings were",
+            2,
+        )
+    };
+    let url = format!(
+        "{}/internal/events/{event_id}/settings",
+        state.config.order_service_url
+    );
+    let response = state
+        .http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| unavailable(&e))?;
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(false);
+    }
+    let settings: HashMap<String, String> = response
+        .error_for_status()
+        .map_err(|e| unavailable(&e))?
+        .json()
+        .await
+        .map_err(|e| unavailable(&e))?;
+    if settings.is_empty() {
+        return Ok(false);
+    }
+    put_back(state, event_id, &settings)
+        .await
+        .map_err(|e| unavailable(&e))
+}
+
+async fn put_back(
+    state: &AppState,
+    event_id: &str,
+    settings: &HashMap<String, String>,
+) -> anyhow::Result<bool> {
+    let script = Script::new(include_str!("restore.lua"));
+    let mut redis = state.redis.clone();
+    let keys = EventKeys::new(&state.config.redis_prefix, event_id);
+    let mut call = script.prepare_invoke();
+    call.key(keys.config());
+    for (field, value) in settings {
+        call.arg(field).arg(value);
+    }
+    let put_back: i32 = call.invoke_async(&mut redis).await?;
+    // Apart from the script (another hash slot), and every time: a set
+    // member lost alone comes back too.
+    let _: () = redis
+        .sadd(events_key(&state.config.redis_prefix), event_id)
+        .await?;
+    if put_back == 1 {
+        tracing::warn!(%event_id, "event settings were missing from Redis; restored from PostgreSQL");
+    }
+    Ok(put_back == 1)
 }
 
 /// Restores lost settings every `every` until cancelled, the first time at once.

@@ -51,6 +51,11 @@ async fn the_internal_plane_refuses_callers_without_the_service_token(
             Some(json!({ "rate": "1000" })),
         ),
         (Method::GET, format!("{o}/internal/event-settings"), None),
+        (
+            Method::GET,
+            format!("{o}/internal/events/plane/settings"),
+            None,
+        ),
         (Method::GET, format!("{o}/internal/orders/{order_id}"), None),
         (
             Method::GET,
@@ -642,6 +647,81 @@ async fn an_opened_event_cannot_be_rescheduled_to_reuse_its_public_seed(
         "still open, same seed: {after}"
     );
     assert_eq!(after["shuffle_commitment"], before["shuffle_commitment"]);
+    stack.stop().await;
+}
+
+/// Redis lost an opened event's settings (a restart without persistence,
+/// a flush) and an admin write comes before the periodic restore: the
+/// event is still what PostgreSQL kept. Its published seed stays, and the
+/// checks that guard it still hold: no new opening in the future.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_admin_write_after_redis_lost_the_event_keeps_its_published_seed(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    stack.create_event("lost", 10, 50.0, 2).await;
+    let event = || async {
+        let event: Value = stack
+            .http
+            .get(format!("{}/v1/events/lost", stack.gateway))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        event
+    };
+    let seed = event().await["shuffle_seed"].as_str().unwrap().to_owned();
+    let mut redis = redis::Client::open(common::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let config = boxoffice_contract::keys::EventKeys::new(&stack.prefix, "lost").config();
+    let put = |opens_at: chrono::DateTime<chrono::Utc>| {
+        status_of(
+            stack
+                .http
+                .put(format!("{}/admin/v1/events/lost", stack.admission))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&json!({
+                    "name": "Lost", "capacity": 10, "opens_at": opens_at,
+                    "prequeue_at": opens_at - chrono::Duration::minutes(30),
+                    "admission_rate_per_s": 50.0, "per_fan_limit": 2,
+                })),
+        )
+    };
+
+    let _: () = redis::cmd("DEL")
+        .arg(&config)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let (status, problem) = put(chrono::Utc::now() + chrono::Duration::hours(1)).await;
+    assert_eq!(
+        (status, slug(&problem)),
+        (StatusCode::CONFLICT, "seed-published"),
+        "{problem}"
+    );
+
+    let _: () = redis::cmd("DEL")
+        .arg(&config)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let (status, body) = put(chrono::Utc::now() - chrono::Duration::seconds(1)).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a replacement, not a new event: {body}"
+    );
+    assert_eq!(
+        event().await["shuffle_seed"],
+        seed.as_str(),
+        "the published seed stays"
+    );
     stack.stop().await;
 }
 

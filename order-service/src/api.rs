@@ -7,6 +7,7 @@
 //! | `PUT /internal/events/{id}` | create or update an event and its inventory |
 //! | `GET /internal/events/{id}` | seats: capacity, reserved, sold, remaining |
 //! | `PUT /internal/events/{id}/settings` | keep the admission service's settings of the event (a JSON object of strings) |
+//! | `GET /internal/events/{id}/settings` | the kept settings of one event, 404 `unknown-event` without |
 //! | `GET /internal/event-settings` | every event's kept settings, `[{event_id, settings}]`, so Redis can be refilled |
 //! | `POST /internal/orders` | place an order (hold seats), idempotent on `order_id` |
 //! | `GET /internal/orders/{id}` | an order and how many tickets it has |
@@ -40,7 +41,10 @@ pub fn router(state: AppState) -> Router {
     // Every /internal route wants the service token; probes and metrics do not.
     let internal = Router::new()
         .route("/internal/events/{event_id}", put(put_event).get(get_event))
-        .route("/internal/events/{event_id}/settings", put(put_settings))
+        .route(
+            "/internal/events/{event_id}/settings",
+            put(put_settings).get(get_settings),
+        )
         .route("/internal/event-settings", get(all_settings))
         .route("/internal/orders", post(place_order))
         .route("/internal/orders/{order_id}", get(get_order))
@@ -153,6 +157,18 @@ async fn put_settings(
     } else {
         Err(Problem::not_found("unknown-event", "no such event"))
     }
+}
+
+async fn get_settings(
+    State(state): State<AppState>,
+    Path(event_id): Path<String>,
+) -> Result<axum::Json<HashMap<String, String>>, Problem> {
+    check_event_id(&event_id)?;
+    store::settings(&state.pool, &event_id)
+        .await?
+        .and_then(|settings| serde_json::from_value(settings).ok())
+        .map(axum::Json)
+        .ok_or_else(|| Problem::not_found("unknown-event", "no settings kept for this event"))
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -58,6 +58,19 @@ pub async fn save_settings(
     )
 }
 
+/// One event's kept settings, if it has any.
+pub async fn settings(
+    pool: &PgPool,
+    event_id: &str,
+) -> Result<Option<serde_json::Value>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT settings FROM events WHERE event_id = $1 AND settings IS NOT NULL",
+    )
+    .bind(event_id)
+    .fetch_optional(pool)
+    .await?)
+}
+
 /// Every event's kept settings.
 pub async fn all_settings(pool: &PgPool) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
     Ok(sqlx::query_as(
