@@ -98,7 +98,10 @@ impl ClientIp {
         }
     }
 
+    /// IPv4-mapped addresses (a dual-stack `[::]` listener sees IPv4 peers
+    /// as `::ffff:a.b.c.d`) are checked as the IPv4 addresses they are.
     fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 
@@ -212,5 +215,25 @@ mod tests {
         );
         assert_ne!(key(ip("2001:db8:1:2::1")), key(ip("2001:db8:1:3::1")));
         assert_eq!(key(ip("::ffff:192.0.2.1")), ip("192.0.2.1"));
+    }
+
+    #[test]
+    fn a_proxy_seen_through_a_dual_stack_listener_is_still_trusted() {
+        let proxies = ClientIp::new(
+            vec!["10.0.0.0/8".parse().unwrap()],
+            ForwardedHeader::XForwardedFor,
+        );
+        let chain = headers(&[("x-forwarded-for", "203.0.113.7, ::ffff:10.0.0.5")]);
+        assert_eq!(proxies.of(ip("::ffff:10.0.0.2"), &chain), ip("203.0.113.7"));
+        // Hops that name no address (RFC 7239's `unknown`, an obfuscated
+        // `_hidden`, a zone id) stop the walk at the last proxy we can name.
+        for hidden in ["for=unknown", "for=_hidden", "for=\"[fe80::1%eth0]\""] {
+            let forwarded = ClientIp::new(
+                vec!["10.0.0.0/8".parse().unwrap()],
+                ForwardedHeader::Forwarded,
+            );
+            let h = headers(&[("forwarded", &format!("{hidden}, for=10.0.0.7"))]);
+            assert_eq!(forwarded.of(ip("10.0.0.2"), &h), ip("10.0.0.7"), "{hidden}");
+        }
     }
 }
