@@ -148,28 +148,46 @@ pub(crate) fn check_event_id(event_id: &str) -> Result<(), Problem> {
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventSpec {
+    /// 1-200 characters, not only spaces (leading and trailing spaces are
+    /// dropped), no control characters.
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
+    /// Seats, 0 to 10000000; never below what is already sold or held.
+    #[schema(minimum = 0, maximum = 10_000_000)]
     pub capacity: i64,
-    /// When joining opens; defaults to `opens_at` (no prequeue).
+    /// When joining opens, not after opens_at; defaults to `opens_at` (no prequeue).
     #[serde(default)]
     pub prequeue_at: Option<DateTime<Utc>>,
     pub opens_at: DateTime<Utc>,
+    /// Fans admitted per second: greater than 0 and at most 100000.
+    #[schema(exclusive_minimum = 0, maximum = 100_000)]
     pub admission_rate_per_s: f64,
+    /// Admitted fans at once, 1 to 1000000.
     #[serde(default = "defaults::max_active")]
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub max_active: u64,
+    /// Lifetime of an admission, 10 to 86400 seconds.
     #[serde(default = "defaults::access_ttl_s")]
+    #[schema(minimum = 10, maximum = 86_400)]
     pub access_ttl_s: u64,
+    /// Seats one fan may buy at this event, 1 to 100.
     #[serde(default = "defaults::per_fan_limit")]
+    #[schema(minimum = 1, maximum = 100)]
     pub per_fan_limit: u32,
+    /// Fans in line at most, 1 to 100000000.
     #[serde(default = "defaults::max_queue")]
+    #[schema(minimum = 1, maximum = 100_000_000)]
     pub max_queue: u64,
+    /// Price of a seat in cents, not negative.
     #[serde(default)]
+    #[schema(minimum = 0)]
     pub price_cents: i64,
     /// Optional: let the leader tune the rate within `[floor, ceiling]` from the pipeline's health.
     #[serde(default)]
     pub adaptive: Option<Adaptive>,
-    /// Optional: proof of work asked of each join, in leading zero bits (0-24).
+    /// Optional: proof of work asked of each join, in leading zero bits, 0 to 24.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 24)]
     pub pow_bits: u8,
     /// Optional: who a fan is. `declared` (default: the id the client
     /// sends), `anonymous` (the gateway names each fan in its signed queue
@@ -231,8 +249,14 @@ impl EventSpec {
     /// The settings as stored, or the first field that is out of range.
     pub fn validate(&self) -> Result<EventConfig, Problem> {
         let name = self.name.trim();
-        if name.is_empty() || name.len() > 200 {
+        // Characters, as the document's maxLength counts them (not bytes).
+        if name.is_empty() || name.chars().count() > 200 {
             return Err(invalid("name", "1-200 characters"));
+        }
+        // A name is shown to fans on a page and in tickets: no line breaks,
+        // NULs (PostgreSQL refuses them) or other control characters.
+        if name.chars().any(char::is_control) {
+            return Err(invalid("name", "no control characters"));
         }
         if !(0..=10_000_000).contains(&self.capacity) {
             return Err(invalid("capacity", "0 to 10000000"));
@@ -467,20 +491,39 @@ async fn put_event(
     Ok((status, axum::Json(view)).into_response())
 }
 
-/// The body of `PATCH /admin/v1/events/{id}`: any of these.
+/// The body of `PATCH /admin/v1/events/{id}`: any of these, but name at
+/// least one of admission_rate_per_s, max_active, paused, state, adaptive,
+/// pow_bits (a field sent as `null` is left as it is, except `adaptive`).
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventPatch {
+    /// Greater than 0 and at most 100000.
+    #[schema(exclusive_minimum = 0, maximum = 100_000)]
     pub admission_rate_per_s: Option<f64>,
+    /// 1 to 1000000.
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub max_active: Option<u64>,
     pub paused: Option<bool>,
     /// `open` (resume / reopen), `paused` or `closed`.
+    #[schema(value_type = Option<StateChange>)]
     pub state: Option<String>,
     /// An adaptive policy to switch it on, `null` to switch it off.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Adaptive>)]
     pub adaptive: Option<Option<Adaptive>>,
+    /// 0 to 24.
+    #[schema(minimum = 0, maximum = 24)]
     pub pow_bits: Option<u8>,
+}
+
+/// The states a PATCH may put an event in (the document's view of `state`).
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum StateChange {
+    Open,
+    Paused,
+    Closed,
 }
 
 /// Tells a field sent as `null` (Some(None)) from one left out (None).

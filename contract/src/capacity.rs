@@ -8,21 +8,29 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct Demand {
-    /// λ: messages (orders) per second at steady state.
+    /// λ: messages (orders) per second at steady state; greater than 0.
+    #[param(exclusive_minimum = 0)]
     pub arrival_rate: f64,
-    /// S: time one worker spends on one message, in milliseconds.
+    /// S: time one worker spends on one message, in milliseconds; greater than 0.
+    #[param(exclusive_minimum = 0)]
     pub service_time_ms: f64,
     /// ρ: how busy each worker may be on average, in (0, 1]; 0.7 leaves room for bursts.
     #[serde(default = "default_utilization")]
+    #[param(exclusive_minimum = 0, maximum = 1)]
     pub utilization: f64,
-    /// p: what one partition takes on the produce side, messages per second.
+    /// p: what one partition takes on the produce side, messages per second; greater than 0.
     #[serde(default = "default_partition_rate")]
+    #[param(exclusive_minimum = 0)]
     pub per_partition_rate: f64,
-    /// c: what one consumer drains from one partition, messages per second;
-    /// defaults to one sequential worker, 1/S.
+    /// c: what one consumer drains from one partition, messages per second
+    /// (greater than 0); defaults to one sequential worker, 1/S.
+    #[param(exclusive_minimum = 0)]
     pub per_consumer_rate: Option<f64>,
-    /// A spike: arrival rate during it and how long it lasts.
+    /// A spike: arrival rate during it (greater than 0); give spike_rate and spike_s together.
+    #[param(exclusive_minimum = 0)]
     pub spike_rate: Option<f64>,
+    /// How long the spike lasts, in seconds (greater than 0); give spike_rate and spike_s together.
+    #[param(exclusive_minimum = 0)]
     pub spike_s: Option<f64>,
 }
 

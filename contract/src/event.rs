@@ -116,13 +116,21 @@ impl Identity {
 /// healthy, multiplicative decrease when any signal crosses its threshold.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Adaptive {
+    /// Lowest rate, greater than 0 and at most 100000; not above adaptive.ceiling.
+    #[schema(exclusive_minimum = 0, maximum = 100_000)]
     pub floor: f64,
+    /// Highest rate, greater than 0 and at most 100000.
+    #[schema(exclusive_minimum = 0, maximum = 100_000)]
     pub ceiling: f64,
+    /// The thresholds must be positive.
     #[serde(default = "Adaptive::default_latency")]
+    #[schema(exclusive_minimum = 0)]
     pub max_order_latency_ms: f64,
     #[serde(default = "Adaptive::default_backlog")]
+    #[schema(minimum = 0)]
     pub max_outbox_backlog: i64,
     #[serde(default = "Adaptive::default_lag")]
+    #[schema(minimum = 0)]
     pub max_consumer_lag: i64,
 }
 

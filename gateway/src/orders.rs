@@ -31,6 +31,9 @@ pub fn router(keys: KeySet) -> OpenApiRouter<AppState> {
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct BuyRequest {
+    /// Seats, 1 to the event's `per_fan_limit` (`GET /v1/events/{id}`
+    /// shows it; never more than 100), counting what the fan already bought.
+    #[schema(minimum = 1, maximum = 100)]
     pub quantity: i64,
 }
 

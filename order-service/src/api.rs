@@ -126,11 +126,16 @@ async fn put_event(
     Json(spec): Json<EventSpec>,
 ) -> Result<axum::Json<Seats>, Problem> {
     check_event_id(&event_id)?;
-    if spec.capacity < 0 || spec.price_cents < 0 || spec.name.trim().is_empty() {
+    // PostgreSQL text cannot hold NUL: refused here, not a database error.
+    if spec.capacity < 0
+        || spec.price_cents < 0
+        || spec.name.trim().is_empty()
+        || spec.name.contains('\0')
+    {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid-event",
-            "name must be non-empty; capacity and price_cents must not be negative",
+            "name must be non-empty without NUL; capacity and price_cents must not be negative",
         ));
     }
     let stock = store::upsert_event(
