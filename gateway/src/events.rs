@@ -137,7 +137,13 @@ async fn jwks(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// Ready when Redis answers.
+/// How long a readiness answer is reused: `/readyz` is on the public port
+/// and not rate limited (probes must always get through), so a flood of it
+/// must not become a flood of Redis round trips.
+const READINESS_REUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Ready when Redis answers (checked at most once per 500 ms; callers in
+/// between get the last answer).
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -148,9 +154,24 @@ async fn jwks(State(state): State<AppState>) -> Response {
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Response {
-    let mut redis = state.redis.clone();
-    match redis::cmd("PING").query_async::<String>(&mut redis).await {
-        Ok(_) => "ready".into_response(),
-        Err(_) => Problem::unavailable("not-ready", "redis is unreachable", 1).into_response(),
+    // One check at a time; whoever waited for it takes its answer.
+    let mut last = state.readiness.lock().await;
+    let ready = match *last {
+        Some((at, ready)) if at.elapsed() < READINESS_REUSE => ready,
+        _ => {
+            let mut redis = state.redis.clone();
+            let ready = redis::cmd("PING")
+                .query_async::<String>(&mut redis)
+                .await
+                .is_ok();
+            *last = Some((std::time::Instant::now(), ready));
+            ready
+        }
+    };
+    drop(last);
+    if ready {
+        "ready".into_response()
+    } else {
+        Problem::unavailable("not-ready", "redis is unreachable", 1).into_response()
     }
 }

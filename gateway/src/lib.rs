@@ -62,6 +62,8 @@ pub struct Shared {
     pub per_fan: Arc<per_fan::PerFan>,
     /// The site login's keys, for `account` events (unset: such joins get 503).
     pub identity: std::sync::OnceLock<identity::IdentityProvider>,
+    /// The last readiness check: when, and whether Redis answered.
+    pub readiness: tokio::sync::Mutex<Option<(std::time::Instant, bool)>>,
 }
 
 /// The Lua scripts of the hot paths, loaded once (EVALSHA after the first call).
@@ -98,6 +100,7 @@ impl AppState {
         }
         Ok(Self(Arc::new(Shared {
             identity,
+            readiness: tokio::sync::Mutex::new(None),
             per_fan,
             redis,
             keys,

@@ -26,12 +26,10 @@ async fn edge(tune: impl FnOnce(&mut gateway::Config)) -> Edge {
             held.push(socket);
         }
     });
-    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url.clone()).unwrap())
-        .await
-        .unwrap();
     let mut config = {
         let mut c = gateway::Config::defaults();
+        c.redis_url =
+            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
         c.redis_prefix = format!("t{}", uuid::Uuid::new_v4().simple());
         c.order_service_url = upstream;
         c.queue_ticket_ttl_s = 3600;
@@ -45,6 +43,10 @@ async fn edge(tune: impl FnOnce(&mut gateway::Config)) -> Edge {
         c
     };
     tune(&mut config);
+    let redis =
+        redis::aio::ConnectionManager::new(redis::Client::open(config.redis_url.clone()).unwrap())
+            .await
+            .unwrap();
     let prefix = config.redis_prefix.clone();
     let keys = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -556,4 +558,93 @@ async fn trickling_clients_hold_no_place_a_fan_needs() {
     .await
     .expect("the trickling connection was closed");
     assert!(closed.is_ok(), "{closed:?}");
+}
+
+/// `/readyz` is on the public port and never rate limited (probes must get
+/// through), so a flood of it must not become a flood of Redis round trips:
+/// one check per 500 ms at most, against a Redis of this test's own whose
+/// command count is read back; and it still says when Redis is gone.
+#[tokio::test]
+async fn a_flood_of_readiness_probes_costs_redis_one_ping_per_half_second() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server on PATH");
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut admin = None;
+    for _ in 0..100 {
+        if let Ok(c) = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+        {
+            admin = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut admin = admin.expect("redis-server did not start");
+    let edge = edge(|c| c.redis_url = url.clone()).await;
+    let pings = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    };
+    let started = Instant::now();
+    let mut probes = Vec::new();
+    for _ in 0..40 {
+        let (http, url) = (edge.http.clone(), format!("{}/readyz", edge.url));
+        probes.push(tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            for _ in 0..25 {
+                statuses.push(http.get(&url).send().await.unwrap().status());
+            }
+            statuses
+        }));
+    }
+    for probe in probes {
+        for status in probe.await.unwrap() {
+            assert_eq!(status, StatusCode::OK);
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let calls = pings(info);
+    let bound = (elapsed / 0.5).ceil() as u64 + 1;
+    eprintln!("1000 probes in {elapsed:.2} s cost {calls} PINGs (at most {bound})");
+    assert!(
+        calls >= 1 && calls <= bound,
+        "{calls} PINGs for 1000 probes in {elapsed:.2} s"
+    );
+
+    server.kill().unwrap();
+    server.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let status = edge
+        .http
+        .get(format!("{}/readyz", edge.url))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "Redis is gone");
 }
