@@ -211,10 +211,11 @@ pub struct WorkerConfig {
     #[arg(long, env = "BOXOFFICE_MAX_POLL_INTERVAL_MS", default_value_t = 60_000)]
     pub max_poll_interval_ms: u64,
     /// A partition behind whose commits have not moved for this long, and
-    /// which is not this worker's while its own partitions move, is taken as
-    /// held by a member that is gone: the worker leaves the group and joins
-    /// again, which forces a new assignment (tansu 0.6.0 never takes a dead
-    /// member's partitions away by itself). 0: never.
+    /// which is not this worker's (while it has partitions, none of them
+    /// stuck, and its database answers), is taken as held by a member that
+    /// is gone: the worker leaves the group and joins again, which forces a
+    /// new assignment (tansu 0.6.0 never takes a dead member's partitions
+    /// away by itself). 0: never.
     #[arg(long, env = "BOXOFFICE_ORPHAN_TIMEOUT_MS", default_value_t = 30_000)]
     pub orphan_timeout_ms: u64,
     /// Messages fetched ahead and waiting behind a busy key, at most.

@@ -177,12 +177,31 @@ impl Offsets {
     }
 }
 
+/// The longest drain of a revocation this member started itself: no
+/// heartbeat goes out meanwhile, so well under the 10 s session timeout.
+const REJOIN_DRAIN: Duration = Duration::from_secs(3);
+
+/// Runs a call that blocks on librdkafka off the async worker's back (where
+/// the runtime allows it).
+fn blocking<T>(call: impl FnOnce() -> T) -> T {
+    if tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+    {
+        tokio::task::block_in_place(call)
+    } else {
+        call()
+    }
+}
+
 /// What the dispatcher and the rebalance callback share.
 struct Shared {
     offsets: Mutex<Offsets>,
     /// Signalled whenever a handler finishes.
     finished: Condvar,
     drain_timeout: Duration,
+    /// This member is leaving and rejoining on its own (the orphan watch):
+    /// the revocation drains for at most [`REJOIN_DRAIN`].
+    rejoining: std::sync::atomic::AtomicBool,
     /// Partitions revoked since the dispatcher last looked.
     revoked: Mutex<HashSet<TopicPartition>>,
 }
@@ -206,11 +225,19 @@ impl ConsumerContext for PoolContext {
             .map(|e| (e.topic().to_owned(), e.partition()))
             .collect();
         let shared = &self.shared;
+        let drain = if shared
+            .rejoining
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            shared.drain_timeout.min(REJOIN_DRAIN)
+        } else {
+            shared.drain_timeout
+        };
         let wait = || {
             let offsets = shared.offsets.lock().expect("offsets lock");
             let (offsets, timeout) = shared
                 .finished
-                .wait_timeout_while(offsets, shared.drain_timeout, |o| {
+                .wait_timeout_while(offsets, drain, |o| {
                     revoked
                         .iter()
                         .any(|tp| o.partitions.get(tp).is_some_and(|p| p.in_flight > 0))
@@ -376,6 +403,7 @@ pub async fn run(
         offsets: Mutex::default(),
         finished: Condvar::new(),
         drain_timeout: Duration::from_millis(config.drain_timeout_ms),
+        rejoining: Default::default(),
         revoked: Mutex::default(),
     });
     let mut client = ClientConfig::new();
@@ -481,8 +509,28 @@ pub async fn run(
         });
     };
 
+    let mut rejoin: Option<Vec<i32>> = None;
     loop {
         let can_fetch = running.len() < size && buffered < config.max_buffered;
+        // The revocation that leaving starts is served by `recv` below, so
+        // leave only when it will be polled; meanwhile librdkafka sends no
+        // heartbeat, so the drain it waits for is kept short.
+        if can_fetch {
+            if let Some(orphaned) = rejoin.take() {
+                // The group gave these partitions to a member that is gone
+                // (tansu 0.6.0 keeps a dead member's assignment): leave and
+                // join again, which forces a new assignment.
+                tracing::warn!(?orphaned, timeout = ?orphans.timeout, "partitions behind and unmoved, not ours: rejoining the group");
+                metrics::counter!("boxoffice_worker_resubscribes_total").increment(1);
+                shared
+                    .rejoining
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                blocking(|| consumer.unsubscribe());
+                if let Err(error) = blocking(|| consumer.subscribe(&[&config.topic])) {
+                    tracing::error!(%error, "subscribing again failed");
+                }
+            }
+        }
         tokio::select! {
             // Cancellation first: no new handler starts once shutdown began.
             biased;
@@ -504,20 +552,17 @@ pub async fn run(
                 }
             }
             Some(progress) = progress_rx.recv() => {
-                let ours: HashSet<i32> = consumer
-                    .assignment()
+                let ours: HashSet<i32> = blocking(|| consumer.assignment())
                     .map(|list| list.elements().iter().filter(|e| e.topic() == config.topic).map(|e| e.partition()).collect())
                     .unwrap_or_default();
                 let orphaned = orphans.observe(Instant::now(), &progress, &ours);
                 if !orphaned.is_empty() {
-                    // The group gave these partitions to a member that is
-                    // gone (tansu 0.6.0 keeps a dead member's assignment):
-                    // leave and join again, which forces a new assignment.
-                    tracing::warn!(?orphaned, timeout = ?orphans.timeout, "partitions behind and unmoved, not ours: rejoining the group");
-                    metrics::counter!("boxoffice_worker_resubscribes_total").increment(1);
-                    consumer.unsubscribe();
-                    if let Err(error) = consumer.subscribe(&[&config.topic]) {
-                        tracing::error!(%error, "subscribing again failed");
+                    // Only a member that can do the work takes it over.
+                    let alive = tokio::time::timeout(Duration::from_secs(2), sqlx::query("SELECT 1").execute(&handler.pool)).await;
+                    if matches!(alive, Ok(Ok(_))) {
+                        rejoin = Some(orphaned);
+                    } else {
+                        tracing::warn!(?orphaned, "partitions look orphaned, but the database does not answer: staying put");
                     }
                 }
             }
@@ -665,15 +710,20 @@ fn purge_revoked(
 /// Exports `boxoffice_consumer_lag{topic,partition}` (high watermark −
 /// committed) every 5 s.
 /// Finds partitions nobody works on: behind, their committed offset
-/// unmoved for `timeout`, and not this member's, while this member's own
-/// partitions move (if they are stuck too, a dependency is down and a new
-/// assignment would not help). At most one rejoin per `timeout`.
+/// unmoved for `timeout`, and not this member's, while this member has
+/// partitions and none of them is behind and unmoved (if its own are stuck
+/// too, a dependency is down, not a member, and a new assignment would not
+/// help). A rejoin waits `timeout` after the last one, twice as long each
+/// time the group still has orphans (up to 8×), back to `timeout` once it
+/// has none.
 struct OrphanWatch {
     /// Zero: never.
     timeout: Duration,
     /// Per partition behind: its committed offset, and since when it is unmoved.
     stuck: HashMap<i32, (i64, Instant)>,
     last_rejoin: Option<Instant>,
+    /// How long after `last_rejoin` the next may come.
+    rest: Duration,
 }
 
 impl OrphanWatch {
@@ -682,6 +732,7 @@ impl OrphanWatch {
             timeout,
             stuck: HashMap::new(),
             last_rejoin: None,
+            rest: timeout,
         }
     }
 
@@ -707,23 +758,38 @@ impl OrphanWatch {
                 }
             }
         }
-        let long: Vec<i32> = self
-            .stuck
-            .iter()
-            .filter(|(_, (_, since))| now.duration_since(*since) >= self.timeout)
-            .map(|(partition, _)| *partition)
-            .collect();
-        if long.iter().any(|p| ours.contains(p)) {
+        if self.stuck.keys().all(|p| ours.contains(p)) {
+            self.rest = self.timeout;
+        }
+        // No partitions (more members than partitions, or mid-rebalance):
+        // nothing shows this member is healthy.
+        if ours.is_empty() {
             return Vec::new();
         }
-        let mut orphaned: Vec<i32> = long.into_iter().filter(|p| !ours.contains(p)).collect();
+        let own_stuck = self
+            .stuck
+            .iter()
+            .any(|(p, (_, since))| ours.contains(p) && *since < now);
+        if own_stuck {
+            return Vec::new();
+        }
+        let mut orphaned: Vec<i32> = self
+            .stuck
+            .iter()
+            .filter(|(p, (_, since))| {
+                !ours.contains(p) && now.duration_since(*since) >= self.timeout
+            })
+            .map(|(partition, _)| *partition)
+            .collect();
         let rested = self
             .last_rejoin
-            .is_none_or(|at| now.duration_since(at) >= self.timeout);
+            .is_none_or(|at| now.duration_since(at) >= self.rest);
         if orphaned.is_empty() || !rested {
             return Vec::new();
         }
         orphaned.sort_unstable();
+        // If the group still has orphans after this one, wait longer.
+        self.rest = (self.rest * 2).min(self.timeout * 8);
         self.last_rejoin = Some(now);
         // Watch afresh under the new assignment.
         self.stuck.clear();
@@ -793,44 +859,34 @@ mod tests {
         let t0 = Instant::now();
         let ours = HashSet::from([0, 1]);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        // Ours move; 2 and 3 are behind and do not.
-        assert!(watch
-            .observe(
-                at(0),
-                &snapshot(&[(0, 5, 3), (1, 5, 3), (2, 7, 4), (3, 0, 0)]),
-                &ours
-            )
-            .is_empty());
-        assert!(watch
-            .observe(
-                at(20),
-                &snapshot(&[(0, 8, 1), (1, 8, 1), (2, 7, 4), (3, 0, 0)]),
-                &ours
-            )
-            .is_empty());
-        assert_eq!(
-            watch.observe(
-                at(30),
-                &snapshot(&[(0, 9, 0), (1, 9, 0), (2, 7, 4), (3, 0, 0)]),
-                &ours
-            ),
-            [2]
-        );
-        // Once per timeout, watching afresh.
-        assert!(watch
-            .observe(at(35), &snapshot(&[(2, 7, 4)]), &ours)
-            .is_empty());
+        // Ours move; 2 is behind and does not; 3 is caught up.
+        let snapshots = [
+            (0, [(0, 5, 3), (1, 5, 3), (2, 7, 4), (3, 0, 0)]),
+            (20, [(0, 8, 1), (1, 8, 1), (2, 7, 4), (3, 0, 0)]),
+        ];
+        for (s, parts) in snapshots {
+            assert!(watch.observe(at(s), &snapshot(&parts), &ours).is_empty());
+        }
+        let caught_up = snapshot(&[(0, 9, 0), (1, 9, 0), (2, 7, 4), (3, 0, 0)]);
+        assert_eq!(watch.observe(at(30), &caught_up, &ours), [2]);
+        // Still orphaned after the rejoin: the next one waits twice as long.
+        let orphan = snapshot(&[(2, 7, 4)]);
+        assert!(watch.observe(at(35), &orphan, &ours).is_empty());
         assert!(
-            watch
-                .observe(at(60), &snapshot(&[(2, 7, 4)]), &ours)
-                .is_empty(),
-            "unmoved only 25 s since the rejoin"
+            watch.observe(at(66), &orphan, &ours).is_empty(),
+            "only 36 s since the rejoin"
         );
-        assert_eq!(watch.observe(at(66), &snapshot(&[(2, 7, 4)]), &ours), [2]);
+        assert_eq!(watch.observe(at(91), &orphan, &ours), [2]);
+        // Once nothing is orphaned, the wait is back to the timeout.
+        assert!(watch
+            .observe(at(95), &snapshot(&[(2, 9, 0)]), &ours)
+            .is_empty());
+        assert!(watch.observe(at(100), &orphan, &ours).is_empty());
+        assert_eq!(watch.observe(at(130), &orphan, &ours), [2]);
     }
 
     #[test]
-    fn moving_caught_up_or_our_own_stuck_partitions_are_no_orphans() {
+    fn moving_caught_up_stuck_own_or_no_own_partitions_mean_no_rejoin() {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         let ours = HashSet::from([0]);
@@ -840,11 +896,23 @@ mod tests {
             let progress = snapshot(&[(0, 1, 0), (1, 10 + i as i64, 5), (2, 4, 0)]);
             assert!(watch.observe(at(s), &progress, &ours).is_empty());
         }
-        // Ours is stuck as well: a dependency is down, not a member.
+        // Ours is stuck as well, even for less than the timeout: a
+        // dependency is down, not a member.
+        let mut watch = OrphanWatch::new(Duration::from_secs(30));
+        assert!(watch
+            .observe(at(0), &snapshot(&[(0, 9, 0), (1, 3, 2)]), &ours)
+            .is_empty());
+        assert!(watch
+            .observe(at(25), &snapshot(&[(0, 9, 2), (1, 3, 2)]), &ours)
+            .is_empty());
+        assert!(watch
+            .observe(at(35), &snapshot(&[(0, 9, 2), (1, 3, 2)]), &ours)
+            .is_empty());
+        // No partitions of our own: nothing shows we are the healthy one.
         let mut watch = OrphanWatch::new(Duration::from_secs(30));
         for s in [0, 40, 80] {
             assert!(watch
-                .observe(at(s), &snapshot(&[(0, 3, 2), (1, 3, 2)]), &ours)
+                .observe(at(s), &snapshot(&[(1, 3, 2)]), &HashSet::new())
                 .is_empty());
         }
         // Zero turns the watch off.
