@@ -398,7 +398,9 @@ async fn put_event(
     // Redis may have lost an event PostgreSQL still knows: what it already
     // is (its published seed, its opening, its identity) comes from there,
     // or a PUT after the loss would draw a new seed and lift every check below.
-    if seed.is_none() && restore::restore_event(&state, &event_id).await? {
+    // Read again whoever put it back (this call or the periodic restore).
+    if seed.is_none() {
+        restore::restore_event(&state, &event_id).await?;
         (seed, opened_ms, identity) = redis
             .hget(keys.config(), &current)
             .await

@@ -795,6 +795,24 @@ async fn an_events_identity_cannot_change_once_fans_are_in_line(
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+
+    // Not open yet, but the prequeue is, and a fan is in it: fixed too.
+    let prequeue = json!({
+        "identity": "anonymous", "opens_at": later,
+        "prequeue_at": chrono::Utc::now() - chrono::Duration::seconds(1),
+    });
+    let (status, body) = put("pre", prequeue.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = join_with(&stack, "pre", json!({}), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut declared = prequeue;
+    declared["identity"] = json!("declared");
+    let (status, problem) = put("pre", declared).await;
+    assert_eq!(
+        (status, slug(&problem)),
+        (StatusCode::CONFLICT, "identity-fixed"),
+        "{problem}"
+    );
     stack.stop().await;
 }
 
