@@ -101,8 +101,10 @@ impl ClientIp {
     /// IPv4-mapped addresses (a dual-stack `[::]` listener sees IPv4 peers
     /// as `::ffff:a.b.c.d`) are checked as the IPv4 addresses they are.
     fn is_trusted(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        self.trusted.iter().any(|net| net.contains(&ip))
+        let canonical = ip.to_canonical();
+        self.trusted
+            .iter()
+            .any(|net| net.contains(&ip) || net.contains(&canonical))
     }
 
     /// The key of the client behind `peer`.
@@ -225,6 +227,12 @@ mod tests {
         );
         let chain = headers(&[("x-forwarded-for", "203.0.113.7, ::ffff:10.0.0.5")]);
         assert_eq!(proxies.of(ip("::ffff:10.0.0.2"), &chain), ip("203.0.113.7"));
+        // A list written in the mapped form still matches.
+        let mapped = ClientIp::new(
+            vec!["::ffff:10.0.0.0/104".parse().unwrap()],
+            ForwardedHeader::XForwardedFor,
+        );
+        assert_eq!(mapped.of(ip("::ffff:10.0.0.2"), &chain), ip("203.0.113.7"));
         // Hops that name no address (RFC 7239's `unknown`, an obfuscated
         // `_hidden`, a zone id) stop the walk at the last proxy we can name.
         for hidden in ["for=unknown", "for=_hidden", "for=\"[fe80::1%eth0]\""] {

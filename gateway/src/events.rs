@@ -159,11 +159,12 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let ready = match *last {
         Some((at, ready)) if at.elapsed() < READINESS_REUSE => ready,
         _ => {
+            // Bounded: a Redis being reconnected to must not hold every
+            // probe behind this lock.
             let mut redis = state.redis.clone();
-            let ready = redis::cmd("PING")
-                .query_async::<String>(&mut redis)
-                .await
-                .is_ok();
+            let command = redis::cmd("PING");
+            let ping = command.query_async::<String>(&mut redis);
+            let ready = matches!(tokio::time::timeout(READINESS_REUSE, ping).await, Ok(Ok(_)));
             *last = Some((std::time::Instant::now(), ready));
             ready
         }

@@ -571,20 +571,30 @@ async fn a_flood_of_readiness_probes_costs_redis_one_ping_per_half_second() {
         .local_addr()
         .unwrap()
         .port();
-    let mut server = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server on PATH");
+    /// Killed when the test ends, however it ends.
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut server = Server(
+        std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH"),
+    );
     let url = format!("redis://127.0.0.1:{port}");
     let mut admin = None;
     for _ in 0..100 {
@@ -636,8 +646,8 @@ async fn a_flood_of_readiness_probes_costs_redis_one_ping_per_half_second() {
         "{calls} PINGs for 1000 probes in {elapsed:.2} s"
     );
 
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     let status = edge
         .http
