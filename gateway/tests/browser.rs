@@ -350,16 +350,9 @@ async fn an_anonymous_fan_keeps_its_place_across_a_reload(
         )
         .await;
     let queue_length = || async {
-        let event: serde_json::Value = stack
-            .http
-            .get(format!("{}/v1/events/anon", stack.gateway))
-            .send()
-            .await
+        stack.public_event("anon").await["queue_length"]
+            .as_u64()
             .unwrap()
-            .json()
-            .await
-            .unwrap();
-        event["queue_length"].as_u64().unwrap()
     };
 
     let browser = Browser::start().await;

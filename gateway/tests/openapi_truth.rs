@@ -415,24 +415,12 @@ async fn requests_valid_under_the_served_documents_are_never_refused_for_unstate
 ) {
     let stack = Stack::start_with(pool_options, connect, false).await;
     stack.create_event("ev", 10_000, 1_000.0, 4).await;
-    let gateway_doc: Value = stack
-        .http
-        .get(format!("{}/openapi.json", stack.gateway))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let admin_doc: Value = stack
-        .http
-        .get(format!("{}/openapi.json", stack.admission))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let gateway_doc = stack
+        .get_json(format!("{}/openapi.json", stack.gateway))
+        .await;
+    let admin_doc = stack
+        .get_json(format!("{}/openapi.json", stack.admission))
+        .await;
     let mut gen = Generator {
         runner: TestRunner::deterministic(),
     };

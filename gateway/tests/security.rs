@@ -661,19 +661,10 @@ async fn an_admin_write_after_redis_lost_the_event_keeps_its_published_seed(
 ) {
     let stack = Stack::start_with(options, connect, false).await;
     stack.create_event("lost", 10, 50.0, 2).await;
-    let event = || async {
-        let event: Value = stack
-            .http
-            .get(format!("{}/v1/events/lost", stack.gateway))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        event
-    };
-    let seed = event().await["shuffle_seed"].as_str().unwrap().to_owned();
+    let seed = stack.public_event("lost").await["shuffle_seed"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let mut redis = redis::Client::open(common::redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -718,7 +709,7 @@ async fn an_admin_write_after_redis_lost_the_event_keeps_its_published_seed(
         "a replacement, not a new event: {body}"
     );
     assert_eq!(
-        event().await["shuffle_seed"],
+        stack.public_event("lost").await["shuffle_seed"],
         seed.as_str(),
         "the published seed stays"
     );
@@ -751,14 +742,6 @@ async fn an_events_identity_cannot_change_once_fans_are_in_line(
                 .json(&body),
         )
     };
-    let identity = |event_id: &str| {
-        let url = format!("{}/v1/events/{event_id}", stack.gateway);
-        let http = stack.http.clone();
-        async move {
-            let event: Value = http.get(url).send().await.unwrap().json().await.unwrap();
-            event["identity"].as_str().unwrap().to_owned()
-        }
-    };
 
     // Not open yet and nobody in line: still the organiser's to change.
     let later = chrono::Utc::now() + chrono::Duration::hours(1);
@@ -770,7 +753,7 @@ async fn an_events_identity_cannot_change_once_fans_are_in_line(
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (status, body) = put("soon", json!({ "identity": "account", "opens_at": later })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(identity("soon").await, "account");
+    assert_eq!(stack.public_event("soon").await["identity"], "account");
 
     // Open, with a fan in line: fixed.
     let (status, body) = put("anon", json!({ "identity": "anonymous" })).await;
@@ -787,7 +770,7 @@ async fn an_events_identity_cannot_change_once_fans_are_in_line(
         problem["detail"].as_str().unwrap().contains("anonymous"),
         "{problem}"
     );
-    assert_eq!(identity("anon").await, "anonymous");
+    assert_eq!(stack.public_event("anon").await["identity"], "anonymous");
     // Restating it is a replacement like any other.
     let (status, body) = put(
         "anon",
@@ -887,15 +870,7 @@ async fn an_anonymous_fan_cannot_be_impersonated_by_its_id(
     let (status, problem) = join_with(&stack, "anon", json!({}), Some(foreign)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{problem}");
     assert_eq!(slug(&problem), "invalid-ticket");
-    let public: Value = stack
-        .http
-        .get(format!("{}/v1/events/anon", stack.gateway))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let public = stack.public_event("anon").await;
     assert_eq!(public["identity"], "anonymous");
 
     // With proof of work, an anonymous join's work is bound to no fan id,

@@ -299,6 +299,24 @@ impl Stack {
         response.json().await.unwrap()
     }
 
+    /// GET `url` (no token) and its JSON body, whatever the status.
+    pub async fn get_json(&self, url: String) -> Value {
+        self.http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// The public view of an event (`GET /v1/events/{id}`).
+    pub async fn public_event(&self, event_id: &str) -> Value {
+        self.get_json(format!("{}/v1/events/{event_id}", self.gateway))
+            .await
+    }
+
     pub async fn join(&self, event_id: &str, fan_id: &str) -> (StatusCode, Value) {
         let response = self
             .http

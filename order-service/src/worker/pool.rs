@@ -707,8 +707,6 @@ fn purge_revoked(
     purged
 }
 
-/// Exports `boxoffice_consumer_lag{topic,partition}` (high watermark −
-/// committed) every 5 s.
 /// Finds partitions nobody works on: behind, their committed offset
 /// unmoved for `timeout`, and not this member's, while this member has
 /// partitions and none of them is behind and unmoved (if its own are stuck
@@ -797,6 +795,8 @@ impl OrphanWatch {
     }
 }
 
+/// Exports `boxoffice_consumer_lag{topic,partition}` (high watermark −
+/// committed) every 5 s, and hands each snapshot to the orphan watch.
 async fn report_lag(
     probe: crate::health::BrokerProbe,
     progress: tokio::sync::mpsc::Sender<Vec<PartitionProgress>>,
