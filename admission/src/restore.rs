@@ -130,10 +130,12 @@ async fn put_back(
     event_id: &str,
     settings: &HashMap<String, String>,
 ) -> anyhow::Result<bool> {
-    let script = Script::new(include_str!("restore.lua"));
+    // Hashed once, not per event and call.
+    static SCRIPT: std::sync::LazyLock<Script> =
+        std::sync::LazyLock::new(|| Script::new(include_str!("restore.lua")));
     let mut redis = state.redis.clone();
     let keys = EventKeys::new(&state.config.redis_prefix, event_id);
-    let mut call = script.prepare_invoke();
+    let mut call = SCRIPT.prepare_invoke();
     call.key(keys.config());
     for (field, value) in settings {
         call.arg(field).arg(value);

@@ -181,12 +181,16 @@ impl Offsets {
 /// heartbeat goes out meanwhile, so well under the 10 s session timeout.
 const REJOIN_DRAIN: Duration = Duration::from_secs(3);
 
+/// Whether this thread may block (`block_in_place` needs a multi-thread runtime).
+fn may_block() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
 /// Runs a call that blocks on librdkafka off the async worker's back (where
 /// the runtime allows it).
 fn blocking<T>(call: impl FnOnce() -> T) -> T {
-    if tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-    {
+    if may_block() {
         tokio::task::block_in_place(call)
     } else {
         call()
@@ -252,9 +256,7 @@ impl ConsumerContext for PoolContext {
             drop(offsets);
         };
         // Waiting blocks this thread; handlers must be able to run meanwhile.
-        if tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-        {
+        if may_block() {
             tokio::task::block_in_place(wait);
         } else {
             tracing::warn!("single-threaded runtime: committing at rebalance without draining");
@@ -665,9 +667,7 @@ fn commit(consumer: &StreamConsumer<PoolContext>, shared: &Shared, mode: CommitM
     // commit (`commit_callback` is not called for it: rust-rdkafka issue
     // 856), so a failed one would never be retried. Where the runtime allows
     // blocking, commit synchronously and book a failure for the next tick.
-    let multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    let result = if multi_thread {
+    let result = if may_block() {
         tokio::task::block_in_place(|| consumer.commit(&list, CommitMode::Sync))
     } else {
         consumer.commit(&list, mode)
