@@ -1,5 +1,10 @@
 //! What the BoxOffice services must agree on, and nothing else.
 //!
+//! Every binary (gateway, admission, order service, ticket worker, load
+//! test) links this crate, so that a token, a problem document, a Redis key
+//! or an event on Kafka means the same on both sides of a call. Nothing here
+//! knows about one service's business.
+//!
 //! - [`auth`]: bearer tokens, the internal plane's service token, secrets checked at start.
 //! - [`capacity`]: Little's law for sizing workers and partitions.
 //! - [`token`]: the JWT claims every service reads (queue tickets, access
@@ -11,6 +16,10 @@
 //! - [`event`]: an event's settings as stored in Redis, and its lifecycle state.
 //! - [`openapi`]: security schemes and shared operations of the OpenAPI documents.
 //! - [`keys`]: the Redis key layout, one hash tag per event.
+//! - [`redis_link`]: the one Redis connection each service uses, reconnecting
+//!   within a second and timing commands out.
+//! - [`schema`]: the rules an event schema change must keep (additive only), and
+//!   whether an event matches its schema.
 //! - [`shutdown`]: the SIGTERM/SIGINT future every binary hands to its server.
 //! - [`telemetry`]: logs, the HTTP span and metrics, `/metrics`, the same in every binary.
 //! - [`trace`]: W3C `traceparent`, so one purchase is one trace across services and Kafka.

@@ -1,5 +1,11 @@
 //! The BoxOffice gateway: the only public surface.
 //!
+//! Fans join the waiting room, poll their place, buy with the access token
+//! admission grants them and follow their order here; the fan page is served
+//! at `/`. The waiting room itself lives in Redis (one round trip a request);
+//! purchases are forwarded to the order service. [`serve`] runs [`app`], the
+//! routes inside their protective layers.
+//!
 //! - [`queue`]: join the waiting room and poll your place (Redis only, one round trip).
 //! - [`access`]: the tower layer that admits only valid access tokens to the shop.
 //! - [`orders`]: buy (spend the token once, forward to the order service) and follow an order.
@@ -7,6 +13,10 @@
 //! - [`cache`]: each event's settings, kept in memory for one admission tick.
 //! - [`edge`]: the protective layers: request id, per-IP rate limit, load shedding, deadline, body limit.
 //! - [`pow`]: the optional proof of work on join.
+//! - [`identity`]: `account` events: the ticketing site's identity tokens, checked
+//!   against its JWKS.
+//! - [`client_ip`]: whose request it is, for the per-IP limit (trusted proxies and
+//!   the header they write).
 //! - [`per_fan`]: the per-fan rate limit of join, status and purchase.
 //! - [`upstream`]: calls to the order service behind a bulkhead and a circuit breaker.
 //! - [`config`]: the command line.

@@ -2,6 +2,10 @@
 //! schedule, a realistic crowd of fans, thresholds that fail the run, and the
 //! sale's verdict (the design's invariants) at the end of every run.
 //!
+//! The `loadtest` binary parses [`Cli`] and hands its options to [`run::run`];
+//! the integration tests call the same function against an in-process stack.
+//! How to use it: `docs/load-testing.md`.
+//!
 //! - [`arrivals`] — schedules (constant, stages, Poisson) and the dispatcher
 //!   that hands each arrival to a free goose user or counts it dropped;
 //! - [`profile`] — the options and the `steady`/`spike`/`soak`/`sale` profiles;

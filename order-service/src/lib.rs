@@ -1,6 +1,12 @@
 //! The BoxOffice order service: turns an admitted purchase into exactly one
 //! confirmed order and exactly one set of tickets.
 //!
+//! One binary, four commands: `serve` (the internal order API, the saga
+//! runners and the outbox relay; [`serve`]), `worker` (the ticket issuer),
+//! `payment-provider` (the fake provider) and `redrive` (dead letters back to
+//! their topic). PostgreSQL is the truth for seats and orders; the schema is
+//! [`MIGRATOR`].
+//!
 //! - [`api`]: the internal HTTP API the gateway and admission call.
 //! - [`store`]: every SQL statement; Postgres is the truth for seats and orders.
 //! - [`saga`]: the orchestrated purchase saga, persisted so it resumes after a crash.
