@@ -14,6 +14,7 @@
 //! - [`extract`]: JSON and path extractors that reject with problem documents.
 //! - [`envelope`]: the CloudEvents 1.0 envelope of `order-events` and its payloads.
 //! - [`event`]: an event's settings as stored in Redis, and its lifecycle state.
+//! - [`otlp`]: span export over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 //! - [`openapi`]: security schemes and shared operations of the OpenAPI documents.
 //! - [`keys`]: the Redis key layout, one hash tag per event.
 //! - [`redis_link`]: the one Redis connection each service uses, reconnecting
@@ -32,6 +33,7 @@ pub mod event;
 pub mod extract;
 pub mod keys;
 pub mod openapi;
+pub mod otlp;
 pub mod page;
 pub mod problem;
 pub mod redis_link;

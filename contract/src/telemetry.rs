@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -21,6 +21,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
+use crate::otlp::{self, Attribute as KeyValue};
 use crate::trace::{TraceContext, TRACEPARENT};
 
 /// Installs the process's log subscriber and metrics recorder, before
@@ -138,7 +139,25 @@ fn record_http(route: &str, status: StatusCode, seconds: f64) {
 /// child of the caller's (`traceparent`), or a new trace's root; handlers find
 /// its [`TraceContext`] in the request's extensions and send it downstream as
 /// is, so the callee's span is a child of this one.
-pub async fn observe(mut request: Request, next: Next) -> Response {
+pub async fn observe(request: Request, next: Next) -> Response {
+    observe_as(None, request, next).await
+}
+
+/// A service's name (`service.name`) as the state of [`traced`].
+#[derive(Debug, Clone, Copy)]
+pub struct Service(pub &'static str);
+
+/// [`observe`], and the request's span exported as `service`'s (see
+/// [`otlp`](crate::otlp)): `axum::middleware::from_fn_with_state(Service(NAME), traced)`.
+pub async fn traced(
+    State(Service(service)): State<Service>,
+    request: Request,
+    next: Next,
+) -> Response {
+    observe_as(Some(service), request, next).await
+}
+
+async fn observe_as(service: Option<&'static str>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let (cx, parent) = TraceContext::span_under(
         request
@@ -161,6 +180,31 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         span_id = %cx.span_id_hex(),
         parent_span_id = %parent,
     );
+    // Probes and scrapes are not worth a span each.
+    let service =
+        service.filter(|_| !matches!(request.uri().path(), "/healthz" | "/readyz" | "/metrics"));
+    let mut exported = match service {
+        Some(service) => otlp::Span::start(
+            service,
+            format!(
+                "{} {}",
+                request.method(),
+                matched.as_ref().map_or("", MatchedPath::as_str)
+            ),
+            otlp::Kind::Server,
+            &cx,
+            parent,
+        ),
+        None => otlp::Span::none(),
+    };
+    let method = exported.is_recording().then(|| request.method().clone());
+    if exported.is_recording() {
+        exported.set_attribute(KeyValue::new(
+            "http.request.method",
+            request.method().as_str().to_owned(),
+        ));
+        exported.set_attribute(KeyValue::new("url.path", request.uri().path().to_owned()));
+    }
     let mut response = next.run(request).instrument(span.clone()).await;
     let status = response.status();
     let elapsed = started.elapsed();
@@ -178,6 +222,19 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         .or_else(|| response.extensions().get::<RouteOf>().map(|r| &r.0))
         .map_or("unmatched", MatchedPath::as_str);
     record_http(route, status, elapsed.as_secs_f64());
+    if let Some(method) = method {
+        if matched.is_none() {
+            exported.update_name(format!("{method} {route}"));
+        }
+        exported.set_attribute(KeyValue::new("http.route", route.to_owned()));
+        exported.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status.as_u16()),
+        ));
+        if status.is_server_error() {
+            exported.set_status(otlp::Status::error(status.to_string()));
+        }
+    }
     if let Ok(value) = HeaderValue::from_str(&cx.to_string()) {
         response.headers_mut().insert(TRACEPARENT, value);
     }

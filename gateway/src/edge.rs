@@ -92,7 +92,10 @@ pub fn protect(routes: Router, config: &Config) -> Router {
     let protected = ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(axum::middleware::from_fn(telemetry::observe))
+        .layer(axum::middleware::from_fn_with_state(
+            telemetry::Service(crate::SERVICE),
+            telemetry::traced,
+        ))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
         .layer(axum::middleware::from_fn_with_state(
             std::sync::Arc::new(PerClient::new(

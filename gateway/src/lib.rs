@@ -49,6 +49,9 @@ use utoipa_axum::router::OpenApiRouter;
 
 pub use config::Config;
 
+/// The name the gateway's exported spans carry (`service.name`).
+pub const SERVICE: &str = "boxoffice-gateway";
+
 /// One per process, cloned into every request: one reference count, not one
 /// per field (the per-request clone showed in the status poll's profile).
 #[derive(Clone)]

@@ -12,6 +12,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     boxoffice_contract::telemetry::init(config.log_json);
+    boxoffice_contract::otlp::init_from_env(gateway::SERVICE)
+        .context("starting the OTLP span exporter (OTEL_EXPORTER_OTLP_*)")?;
     config.service.check()?;
     config
         .service
@@ -45,5 +47,7 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("reading the identity JWKS at {url}"))?;
         state.identity.set(provider).ok();
     }
-    gateway::serve(listener, state, boxoffice_contract::shutdown::signal()).await
+    let served = gateway::serve(listener, state, boxoffice_contract::shutdown::signal()).await;
+    boxoffice_contract::otlp::flush_on_exit().await;
+    served
 }

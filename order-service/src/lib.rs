@@ -39,6 +39,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// The name the order service's exported spans carry (`service.name`).
+pub const SERVICE: &str = "boxoffice-order-service";
+/// The name the ticket worker's exported spans carry.
+pub const WORKER_SERVICE: &str = "boxoffice-ticket-worker";
+
 pub use config::{Cli, Command, RedriveConfig, ServeConfig, WorkerConfig, Workers};
 
 /// The schema, embedded so every binary and test migrates the same way.

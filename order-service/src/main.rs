@@ -8,7 +8,22 @@ use tokio_util::sync::CancellationToken;
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     boxoffice_contract::telemetry::init(cli.log_json);
-    match cli.command {
+    let exporting_as = match cli.command {
+        Command::Serve(_) => Some(order_service::SERVICE),
+        Command::Worker(_) => Some(order_service::WORKER_SERVICE),
+        _ => None,
+    };
+    if let Some(service) = exporting_as {
+        boxoffice_contract::otlp::init_from_env(service)
+            .context("starting the OTLP span exporter (OTEL_EXPORTER_OTLP_*)")?;
+    }
+    let ran = run(cli.command).await;
+    boxoffice_contract::otlp::flush_on_exit().await;
+    ran
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve(config) => {
             config.service.check()?;
             config

@@ -21,6 +21,7 @@
 use std::time::Duration;
 
 use boxoffice_contract::envelope::{CloudEvent, OrderConfirmed, ORDER_CONFIRMED_V1};
+use boxoffice_contract::otlp;
 use boxoffice_contract::trace::TraceContext;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -166,9 +167,24 @@ async fn step_one(state: &AppState) -> Result<bool, StoreError> {
         span_id = %trace.span_id_hex(),
         parent_span_id = %parent
     );
-    async {
+    let step = Step::next(&order.status, hold_expired);
+    let mut exported = otlp::Span::start(
+        crate::SERVICE,
+        match step {
+            Some(Step::Charge) => "saga charge",
+            Some(Step::Sweep) => "saga sweep",
+            Some(Step::SellAndConfirm) | None => "saga confirm",
+        },
+        otlp::Kind::Internal,
+        &trace,
+        parent,
+    );
+    if exported.is_recording() {
+        exported.set_attribute(otlp::Attribute::new("boxoffice.order_id", order.order_id.to_string()));
+    }
+    let done = async {
         let key = order.order_id.to_string();
-        match Step::next(&order.status, hold_expired) {
+        match step {
             Some(Step::Charge) => {
                 let result = state.payments.charge(&key, order.amount_cents).await;
                 let mut decision = Decision::after_charge(&result);
@@ -187,7 +203,11 @@ async fn step_one(state: &AppState) -> Result<bool, StoreError> {
         }
     }
     .instrument(span)
-    .await?;
+    .await;
+    if let Err(error) = &done {
+        exported.set_status(otlp::Status::error(error.to_string()));
+    }
+    done?;
     Ok(true)
 }
 

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::kafka::EnvOptions;
 use anyhow::Context;
+use boxoffice_contract::otlp;
 use boxoffice_contract::trace::{TraceContext, TRACEPARENT};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
@@ -321,7 +322,33 @@ impl Handler {
             span_id = %trace.span_id_hex(),
             parent_span_id = %parent
         );
-        self.handle_with_retries(message).instrument(span).await
+        let mut exported = otlp::Span::start(
+            crate::WORKER_SERVICE,
+            format!("{} process", message.topic()),
+            otlp::Kind::Consumer,
+            &trace,
+            parent,
+        );
+        if exported.is_recording() {
+            exported.set_attribute(otlp::Attribute::new("messaging.system", "kafka"));
+            exported.set_attribute(otlp::Attribute::new(
+                "messaging.destination.name",
+                message.topic().to_owned(),
+            ));
+            exported.set_attribute(otlp::Attribute::new(
+                "messaging.destination.partition.id",
+                message.partition().to_string(),
+            ));
+            exported.set_attribute(otlp::Attribute::new(
+                "messaging.kafka.offset",
+                message.offset(),
+            ));
+        }
+        let ended = self.handle_with_retries(message).instrument(span).await;
+        if matches!(ended, Ended::DeadLettered) {
+            exported.set_status(otlp::Status::error("dead-lettered"));
+        }
+        ended
     }
 
     async fn handle_with_retries(&self, message: &OwnedMessage) -> Ended {
