@@ -193,6 +193,7 @@ end
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (base, join, status) = tokio::task::spawn_blocking({
         let script = script.to_string_lossy().into_owned();
+        let (gateway_url, ticket) = (gateway_url.clone(), ticket.clone());
         move || {
             let base = wrk(&format!("{baseline_url}/"), None, None);
             let join = wrk(
@@ -212,6 +213,26 @@ end
     .unwrap();
     let _ = std::fs::remove_file(&script);
 
+    // The same status poll with span export on, to a collector that takes
+    // and drops every batch (the cost is the gateway's, not a collector's).
+    let sink = serve(Router::new().route(
+        "/v1/traces",
+        axum::routing::post(|_: axum::body::Bytes| async { "" }),
+    ))
+    .await;
+    boxoffice_contract::otlp::install(gateway::SERVICE, Some(&format!("{sink}/v1/traces"))).unwrap();
+    let traced = tokio::task::spawn_blocking({
+        move || {
+            wrk(
+                &format!("{gateway_url}/v1/events/ev/queue/status"),
+                None,
+                Some(&format!("Authorization: Bearer {ticket}")),
+            )
+        }
+    })
+    .await
+    .unwrap();
+
     println!("\nedge throughput (wrk -t1, same run, same machine)");
     println!(
         "{:<42} {:>12} {:>10} {:>16}",
@@ -221,6 +242,7 @@ end
         ("baseline: axum + one Redis GET", &base),
         ("POST /v1/events/{id}/queue (new fan)", &join),
         ("GET  /v1/events/{id}/queue/status", &status),
+        ("GET  …/queue/status, OTLP export on", &traced),
     ] {
         println!(
             "{name:<42} {:>12.0} {:>10.2} {:>15.0}%",
@@ -229,6 +251,10 @@ end
             100.0 * run.requests_per_s / base.requests_per_s
         );
     }
+    println!(
+        "OTLP span export on costs the status poll {:.0}% of its throughput",
+        100.0 * (1.0 - traced.requests_per_s / status.requests_per_s)
+    );
     cleanup(&mut redis, &prefix).await;
 
     memory(&mut redis).await;
