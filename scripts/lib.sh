@@ -52,6 +52,32 @@ ensure_tansu() {
   cargo install tansu --version "$TANSU_VERSION" --locked --features libsql
 }
 
+# sqlx-cli, the same version as the sqlx in Cargo.lock, for checking (and
+# regenerating) the order service's compile-time query data in .sqlx/.
+sqlx_cli_version() { sed -n '/^name = "sqlx"$/{n;s/^version = "\(.*\)"$/\1/p;q}' Cargo.lock; }
+
+ensure_sqlx_cli() {
+  local version
+  version=$(sqlx_cli_version)
+  [ "$(sqlx --version 2>/dev/null)" = "sqlx-cli $version" ] && return
+  say "installing sqlx-cli $version (once per machine; the first build takes about 6 minutes)"
+  cargo install sqlx-cli --version "$version" --locked --no-default-features --features postgres,native-tls
+}
+
+# sqlx_offline_data [--check]: applies the order service's migrations to a
+# scratch database made afresh (boxoffice_sqlx_check, next to DATABASE_URL's)
+# and prepares the query data in .sqlx/ against it; with --check, fails if
+# the committed .sqlx/ is not what the statements and migrations give.
+sqlx_offline_data() {
+  ensure_sqlx_cli
+  local base=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+  local url=${base%/*}/boxoffice_sqlx_check
+  DATABASE_URL=$url sqlx database drop -y >/dev/null
+  DATABASE_URL=$url sqlx database create
+  DATABASE_URL=$url sqlx migrate run --source order-service/migrations >/dev/null
+  env -u SQLX_OFFLINE DATABASE_URL="$url" cargo sqlx prepare --workspace "$@" -- --locked
+}
+
 # Headless Chromium and its WebDriver, for the browser tests.
 ensure_chromium() {
   command -v chromedriver >/dev/null && [ -x /usr/bin/chromium ] && return

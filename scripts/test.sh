@@ -16,6 +16,8 @@ trap 'stop_pid "$KAFKA_PID"' EXIT
 export REDIS_URL=redis://127.0.0.1:6379
 export DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+say "checking that the SQL's offline data in .sqlx/ is current"
+sqlx_offline_data --check
 say "running the tests"
 cargo test --workspace --locked "$@"
 if [ $# -eq 0 ]; then

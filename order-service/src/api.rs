@@ -444,7 +444,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
 /// relay's producer is usable.
 async fn readyz(State(state): State<AppState>) -> Response {
     let (db, redis, broker) = tokio::join!(
-        sqlx::query("SELECT 1").execute(&state.pool),
+        sqlx::query_scalar!("SELECT 1 AS ping").fetch_one(&state.pool),
         state.stock.ping(),
         state.broker.reachable()
     );

@@ -49,40 +49,44 @@ fn yes() -> bool {
 }
 
 pub async fn database(pool: &PgPool, event_id: Option<&str>) -> sqlx::Result<Health> {
-    let (backlog, oldest): (i64, Option<f64>) = sqlx::query_as(
-        "SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
-         FROM outbox WHERE published_at IS NULL",
+    let outbox = sqlx::query!(
+        r#"SELECT count(*) AS "backlog!", extract(epoch FROM now() - min(created_at))::float8 AS "oldest?"
+         FROM outbox WHERE published_at IS NULL"#,
     )
     .fetch_one(pool)
     .await?;
-    let p95: Option<f64> = sqlx::query_scalar(
-        "SELECT (percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM updated_at - created_at)) * 1000)::float8
-         FROM orders WHERE status = 'confirmed' AND updated_at > now() - interval '60 seconds'",
+    let (backlog, oldest) = (outbox.backlog, outbox.oldest);
+    let p95: Option<f64> = sqlx::query_scalar!(
+        r#"SELECT (percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM updated_at - created_at)) * 1000)::float8 AS "p95?"
+         FROM orders WHERE status = 'confirmed' AND updated_at > now() - interval '60 seconds'"#,
     )
     .fetch_one(pool)
     .await?;
-    let (unsettled, failed, confirmed): (Option<f64>, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM orders
-                 WHERE status IN ('pending', 'reserved', 'charged')),
-                count(*) FILTER (WHERE status = 'failed' AND failure_reason IS DISTINCT FROM 'payment-declined'),
-                count(*) FILTER (WHERE status = 'confirmed')
-         FROM orders WHERE status IN ('failed', 'confirmed') AND updated_at > now() - interval '60 seconds'",
+    let settled = sqlx::query!(
+        r#"SELECT (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM orders
+                 WHERE status IN ('pending', 'reserved', 'charged')) AS "unsettled?",
+                count(*) FILTER (WHERE status = 'failed' AND failure_reason IS DISTINCT FROM 'payment-declined') AS "failed!",
+                count(*) FILTER (WHERE status = 'confirmed') AS "confirmed!"
+         FROM orders WHERE status IN ('failed', 'confirmed') AND updated_at > now() - interval '60 seconds'"#,
     )
     .fetch_one(pool)
     .await?;
-    let orders: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT status, count(*) FROM orders WHERE $1::text IS NULL OR event_id = $1 GROUP BY status",
+    let (unsettled, failed, confirmed) = (settled.unsettled, settled.failed, settled.confirmed);
+    let orders = sqlx::query!(
+        r#"SELECT status, count(*) AS "count!" FROM orders WHERE $1::text IS NULL OR event_id = $1 GROUP BY status"#,
+        event_id,
     )
-    .bind(event_id)
     .fetch_all(pool)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.status, r.count));
     Ok(Health {
         order_latency_p95_ms: p95,
         outbox_backlog: backlog,
         outbox_oldest_age_s: oldest.unwrap_or(0.0),
         consumer_lag: None,
         dlq_messages: None,
-        orders: orders.into_iter().collect(),
+        orders: orders.collect(),
         oldest_unsettled_age_s: unsettled.unwrap_or(0.0),
         orders_failed_1m: failed,
         orders_confirmed_1m: confirmed,

@@ -55,7 +55,6 @@ impl From<&ServeConfig> for RelayConfig {
     }
 }
 
-#[derive(sqlx::FromRow)]
 struct Row {
     id: i64,
     aggregate_id: String,
@@ -172,13 +171,14 @@ pub async fn relay_batch(
 ) -> anyhow::Result<usize> {
     let started = std::time::Instant::now();
     let mut tx = pool.begin().await?;
-    let rows: Vec<Row> = sqlx::query_as(
+    let rows: Vec<Row> = sqlx::query_as!(
+        Row,
         "SELECT id, aggregate_id, event_type, payload, traceparent FROM outbox
          WHERE published_at IS NULL AND NOT (aggregate_id = ANY($2))
          ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+        config.batch,
+        &blocked.current(),
     )
-    .bind(config.batch)
-    .bind(blocked.current())
     .fetch_all(&mut *tx)
     .await?;
     let rows = in_order_per_aggregate(&mut tx, rows).await?;
@@ -243,10 +243,12 @@ pub async fn relay_batch(
             failed.len()
         );
     }
-    sqlx::query("UPDATE outbox SET published_at = now() WHERE id = ANY($1)")
-        .bind(&ids)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query!(
+        "UPDATE outbox SET published_at = now() WHERE id = ANY($1)",
+        &ids
+    )
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     tracing::debug!(
         count = ids.len(),
@@ -273,13 +275,16 @@ async fn in_order_per_aggregate(
     let mut aggregates: Vec<&str> = rows.iter().map(|r| r.aggregate_id.as_str()).collect();
     aggregates.sort_unstable();
     aggregates.dedup();
-    let unpublished: Vec<(String, i64)> = sqlx::query_as(
+    let unpublished: Vec<(String, i64)> = sqlx::query!(
         "SELECT aggregate_id, id FROM outbox
          WHERE published_at IS NULL AND aggregate_id = ANY($1) ORDER BY aggregate_id, id",
+        &aggregates as &[&str],
     )
-    .bind(&aggregates)
     .fetch_all(&mut **tx)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|r| (r.aggregate_id, r.id))
+    .collect();
     let claimed: HashSet<i64> = rows.iter().map(|r| r.id).collect();
     let mut keep = HashSet::new();
     let mut blocked = HashSet::new();
@@ -298,11 +303,11 @@ async fn in_order_per_aggregate(
 }
 
 async fn delete_published(pool: &PgPool, retention: Duration) -> sqlx::Result<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "DELETE FROM outbox WHERE published_at IS NOT NULL
          AND published_at < now() - make_interval(secs => $1)",
+        retention.as_secs_f64(),
     )
-    .bind(retention.as_secs_f64())
     .execute(pool)
     .await?;
     Ok(done.rows_affected())

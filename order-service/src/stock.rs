@@ -60,13 +60,6 @@ impl StockView {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct EventStock {
-    event_id: String,
-    #[sqlx(flatten)]
-    stock: Stock,
-}
-
 /// Republishes every event's stock every `every` until `cancel`, the first
 /// time at once. One query and one Redis script per event per period.
 pub async fn reconcile(view: StockView, pool: PgPool, every: Duration, cancel: CancellationToken) {
@@ -77,15 +70,20 @@ pub async fn reconcile(view: StockView, pool: PgPool, every: Duration, cancel: C
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let rows = sqlx::query_as::<_, EventStock>(
-            "SELECT event_id, capacity, reserved, sold, version FROM inventory",
-        )
-        .fetch_all(&pool)
-        .await;
+        let rows =
+            sqlx::query!("SELECT event_id, capacity, reserved, sold, version FROM inventory")
+                .fetch_all(&pool)
+                .await;
         match rows {
             Ok(rows) => {
                 for row in rows {
-                    view.publish(&row.event_id, row.stock).await;
+                    let stock = Stock {
+                        capacity: row.capacity,
+                        reserved: row.reserved,
+                        sold: row.sold,
+                        version: row.version,
+                    };
+                    view.publish(&row.event_id, stock).await;
                 }
             }
             Err(error) => {

@@ -47,15 +47,15 @@ pub async fn save_settings(
     event_id: &str,
     settings: &serde_json::Value,
 ) -> Result<bool, StoreError> {
-    Ok(
-        sqlx::query("UPDATE events SET settings = $2, updated_at = now() WHERE event_id = $1")
-            .bind(event_id)
-            .bind(settings)
-            .execute(pool)
-            .await?
-            .rows_affected()
-            == 1,
+    Ok(sqlx::query!(
+        "UPDATE events SET settings = $2, updated_at = now() WHERE event_id = $1",
+        event_id,
+        settings,
     )
+    .execute(pool)
+    .await?
+    .rows_affected()
+        == 1)
 }
 
 /// One event's kept settings, if it has any.
@@ -63,21 +63,24 @@ pub async fn settings(
     pool: &PgPool,
     event_id: &str,
 ) -> Result<Option<serde_json::Value>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT settings FROM events WHERE event_id = $1 AND settings IS NOT NULL",
+    Ok(sqlx::query_scalar!(
+        r#"SELECT settings AS "settings!" FROM events WHERE event_id = $1 AND settings IS NOT NULL"#,
+        event_id,
     )
-    .bind(event_id)
     .fetch_optional(pool)
     .await?)
 }
 
 /// Every event's kept settings.
 pub async fn all_settings(pool: &PgPool) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT event_id, settings FROM events WHERE settings IS NOT NULL ORDER BY event_id",
+    Ok(sqlx::query!(
+        r#"SELECT event_id, settings AS "settings!" FROM events WHERE settings IS NOT NULL ORDER BY event_id"#,
     )
     .fetch_all(pool)
-    .await?)
+    .await?
+    .into_iter()
+    .map(|r| (r.event_id, r.settings))
+    .collect())
 }
 
 /// Creates an event with its inventory, or renames/re-prices/resizes it.
@@ -90,19 +93,20 @@ pub async fn upsert_event(
     price_cents: i64,
 ) -> Result<Stock, StoreError> {
     let mut tx = pool.begin().await?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO events (event_id, name, price_cents) VALUES ($1, $2, $3)
          ON CONFLICT (event_id) DO UPDATE SET name = $2, price_cents = $3, updated_at = now()",
+        event_id,
+        name,
+        price_cents,
     )
-    .bind(event_id)
-    .bind(name)
-    .bind(price_cents)
     .execute(&mut *tx)
     .await?;
-    let current: Option<Stock> = sqlx::query_as(
+    let current: Option<Stock> = sqlx::query_as!(
+        Stock,
         "SELECT capacity, reserved, sold, version FROM inventory WHERE event_id = $1 FOR UPDATE",
+        event_id,
     )
-    .bind(event_id)
     .fetch_optional(&mut *tx)
     .await?;
     if let Some(current) = current {
@@ -114,13 +118,14 @@ pub async fn upsert_event(
             });
         }
     }
-    let stock: Stock = sqlx::query_as(
+    let stock: Stock = sqlx::query_as!(
+        Stock,
         "INSERT INTO inventory (event_id, capacity) VALUES ($1, $2)
          ON CONFLICT (event_id) DO UPDATE SET capacity = $2, version = inventory.version + 1
          RETURNING capacity, reserved, sold, version",
+        event_id,
+        capacity,
     )
-    .bind(event_id)
-    .bind(capacity)
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -128,30 +133,39 @@ pub async fn upsert_event(
 }
 
 pub async fn stock(pool: &PgPool, event_id: &str) -> Result<Stock, StoreError> {
-    sqlx::query_as("SELECT capacity, reserved, sold, version FROM inventory WHERE event_id = $1")
-        .bind(event_id)
-        .fetch_optional(pool)
-        .await?
-        .ok_or(StoreError::UnknownEvent)
+    sqlx::query_as!(
+        Stock,
+        "SELECT capacity, reserved, sold, version FROM inventory WHERE event_id = $1",
+        event_id,
+    )
+    .fetch_optional(pool)
+    .await?
+    .ok_or(StoreError::UnknownEvent)
 }
 
 /// An order and how many of its tickets exist, in one round trip.
 pub async fn order(pool: &PgPool, order_id: Uuid) -> Result<Option<(Order, i64)>, StoreError> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        #[sqlx(flatten)]
-        order: Order,
-        tickets: i64,
-    }
-    let row: Option<Row> = sqlx::query_as(
-        "SELECT order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat,
-                (SELECT count(*) FROM tickets t WHERE t.order_id = o.order_id) AS tickets
-         FROM orders o WHERE order_id = $1",
+    let row = sqlx::query!(
+        r#"SELECT order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat,
+                (SELECT count(*) FROM tickets t WHERE t.order_id = o.order_id) AS "tickets!"
+         FROM orders o WHERE order_id = $1"#,
+        order_id,
     )
-    .bind(order_id)
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|r| (r.order, r.tickets)))
+    Ok(row.map(|r| {
+        let order = Order {
+            order_id: r.order_id,
+            event_id: r.event_id,
+            fan_id: r.fan_id,
+            quantity: r.quantity,
+            amount_cents: r.amount_cents,
+            status: r.status,
+            failure_reason: r.failure_reason,
+            first_seat: r.first_seat,
+        };
+        (order, r.tickets)
+    }))
 }
 
 /// The outcome of placing an order.
@@ -177,9 +191,7 @@ pub struct Admission<'a> {
     pub idempotency_key: &'a str,
 }
 
-#[derive(sqlx::FromRow)]
 struct Found {
-    #[sqlx(flatten)]
     order: Order,
     idempotency_key: Option<String>,
 }
@@ -190,15 +202,28 @@ async fn existing(
     order_id: Uuid,
     admission: Option<Admission<'_>>,
 ) -> Result<Option<Found>, StoreError> {
-    Ok(sqlx::query_as(
+    let row = sqlx::query!(
         "SELECT order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat, idempotency_key
          FROM orders WHERE order_id = $1 OR admission_id = $2
          ORDER BY order_id = $1 DESC LIMIT 1",
+        order_id,
+        admission.map(|a| a.id),
     )
-    .bind(order_id)
-    .bind(admission.map(|a| a.id))
     .fetch_optional(pool)
-    .await?)
+    .await?;
+    Ok(row.map(|r| Found {
+        order: Order {
+            order_id: r.order_id,
+            event_id: r.event_id,
+            fan_id: r.fan_id,
+            quantity: r.quantity,
+            amount_cents: r.amount_cents,
+            status: r.status,
+            failure_reason: r.failure_reason,
+            first_seat: r.first_seat,
+        },
+        idempotency_key: r.idempotency_key,
+    }))
 }
 
 /// Steps 1 and 2 of the saga in one local transaction: the order row and its
@@ -221,27 +246,30 @@ pub async fn place_order(
         return Ok(Placed::Existing(found.order, found.idempotency_key));
     }
     let mut tx = pool.begin().await?;
-    let (price, limit): (i64, Option<i64>) = sqlx::query_as(
-        "SELECT price_cents, (settings->>'per_fan_limit')::bigint FROM events WHERE event_id = $1",
+    let event = sqlx::query!(
+        r#"SELECT price_cents, (settings->>'per_fan_limit')::bigint AS "per_fan_limit?" FROM events WHERE event_id = $1"#,
+        event_id,
     )
-    .bind(event_id)
     .fetch_optional(&mut *tx)
     .await?
     .ok_or(StoreError::UnknownEvent)?;
+    let (price, limit) = (event.price_cents, event.per_fan_limit);
     // The per-fan limit spans every order of the fan at this event, however
     // many times it was admitted; one fan's purchases take turns here.
     if let Some(limit) = limit.filter(|l| *l > 0) {
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
-            .bind(event_id)
-            .bind(fan_id)
-            .execute(&mut *tx)
-            .await?;
-        let held: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(quantity), 0) FROM orders
-             WHERE event_id = $1 AND fan_id = $2 AND status NOT IN ('failed', 'cancelled')",
+        sqlx::query!(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+            event_id,
+            fan_id,
         )
-        .bind(event_id)
-        .bind(fan_id)
+        .execute(&mut *tx)
+        .await?;
+        let held: i64 = sqlx::query_scalar!(
+            r#"SELECT coalesce(sum(quantity), 0) AS "held!" FROM orders
+             WHERE event_id = $1 AND fan_id = $2 AND status NOT IN ('failed', 'cancelled')"#,
+            event_id,
+            fan_id,
+        )
         .fetch_one(&mut *tx)
         .await?;
         if held + i64::from(quantity) > limit {
@@ -249,13 +277,14 @@ pub async fn place_order(
             return Ok(Placed::FanLimit { held, limit });
         }
     }
-    let held: Option<Stock> = sqlx::query_as(
+    let held: Option<Stock> = sqlx::query_as!(
+        Stock,
         "UPDATE inventory SET reserved = reserved + $2, version = version + 1
          WHERE event_id = $1 AND reserved + sold + $2 <= capacity
          RETURNING capacity, reserved, sold, version",
+        event_id,
+        quantity,
     )
-    .bind(event_id)
-    .bind(quantity)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(stock) = held else {
@@ -264,22 +293,23 @@ pub async fn place_order(
     };
     // No conflict target: a second order of the same admission conflicts on
     // `orders_one_per_admission` just as a retried order id does on the key.
-    let inserted: Option<Order> = sqlx::query_as(
+    let inserted: Option<Order> = sqlx::query_as!(
+        Order,
         "INSERT INTO orders (order_id, event_id, fan_id, quantity, amount_cents, status, hold_expires_at, traceparent,
                              admission_id, idempotency_key)
          VALUES ($1, $2, $3, $4, $5, 'reserved', now() + make_interval(secs => $6), $7, $8, $9)
          ON CONFLICT DO NOTHING
          RETURNING order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat",
+        order_id,
+        event_id,
+        fan_id,
+        quantity,
+        price * i64::from(quantity),
+        hold_s as f64,
+        traceparent,
+        admission.map(|a| a.id),
+        admission.map(|a| a.idempotency_key),
     )
-    .bind(order_id)
-    .bind(event_id)
-    .bind(fan_id)
-    .bind(quantity)
-    .bind(price * i64::from(quantity))
-    .bind(hold_s as f64)
-    .bind(traceparent)
-    .bind(admission.map(|a| a.id))
-    .bind(admission.map(|a| a.idempotency_key))
     .fetch_optional(&mut *tx)
     .await?;
     match inserted {
@@ -321,19 +351,34 @@ pub async fn claim_due(
     pool: &PgPool,
     lease: std::time::Duration,
 ) -> Result<Option<Claimed>, StoreError> {
-    Ok(sqlx::query_as(
-        "UPDATE orders SET next_attempt_at = now() + make_interval(secs => $1), attempts = attempts + 1
+    let row = sqlx::query!(
+        r#"UPDATE orders SET next_attempt_at = now() + make_interval(secs => $1), attempts = attempts + 1
          WHERE order_id = (
              SELECT order_id FROM orders
              WHERE status IN ('pending', 'reserved', 'charged')
                AND (next_attempt_at IS NULL OR next_attempt_at <= now())
              ORDER BY next_attempt_at NULLS FIRST LIMIT 1 FOR UPDATE SKIP LOCKED)
          RETURNING order_id, event_id, fan_id, quantity, amount_cents, status, failure_reason, first_seat,
-                   coalesce(hold_expires_at <= now(), false) AS hold_expired, attempts, traceparent",
+                   coalesce(hold_expires_at <= now(), false) AS "hold_expired!", attempts, traceparent"#,
+        lease.as_secs_f64(),
     )
-    .bind(lease.as_secs_f64())
     .fetch_optional(pool)
-    .await?)
+    .await?;
+    Ok(row.map(|r| Claimed {
+        order: Order {
+            order_id: r.order_id,
+            event_id: r.event_id,
+            fan_id: r.fan_id,
+            quantity: r.quantity,
+            amount_cents: r.amount_cents,
+            status: r.status,
+            failure_reason: r.failure_reason,
+            first_seat: r.first_seat,
+        },
+        hold_expired: r.hold_expired,
+        attempts: r.attempts,
+        traceparent: r.traceparent,
+    }))
 }
 
 /// Hands an order back to be taken up again after `delay`, but no later
@@ -343,14 +388,14 @@ pub async fn retry_later(
     order_id: Uuid,
     delay: std::time::Duration,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE orders SET next_attempt_at = CASE
                 WHEN hold_expires_at > now() THEN least(now() + make_interval(secs => $2), hold_expires_at)
                 ELSE now() + make_interval(secs => $2) END
          WHERE order_id = $1 AND status IN ('pending', 'reserved', 'charged')",
+        order_id,
+        delay.as_secs_f64(),
     )
-    .bind(order_id)
-    .bind(delay.as_secs_f64())
     .execute(pool)
     .await?;
     Ok(())
@@ -367,11 +412,11 @@ pub async fn mark_charged(
     amount_cents: i64,
 ) -> Result<bool, StoreError> {
     let mut tx = pool.begin().await?;
-    let charged = sqlx::query(
+    let charged = sqlx::query!(
         "UPDATE orders SET status = 'charged', next_attempt_at = now(), updated_at = now()
          WHERE order_id = $1 AND status = 'reserved'",
+        order_id,
     )
-    .bind(order_id)
     .execute(&mut *tx)
     .await?
     .rows_affected()
@@ -379,25 +424,25 @@ pub async fn mark_charged(
     let already_charged: bool = if charged {
         false
     } else {
-        sqlx::query_scalar(
-            "SELECT status IN ('charged', 'confirmed') FROM orders WHERE order_id = $1",
+        sqlx::query_scalar!(
+            r#"SELECT status IN ('charged', 'confirmed') AS "charged!" FROM orders WHERE order_id = $1"#,
+            order_id,
         )
-        .bind(order_id)
         .fetch_optional(&mut *tx)
         .await?
         .unwrap_or(false)
     };
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO payments (order_id, amount_cents, status) VALUES ($1, $2, $3)
          ON CONFLICT (order_id) DO NOTHING",
+        order_id,
+        amount_cents,
+        if charged || already_charged {
+            "captured"
+        } else {
+            "refunding"
+        },
     )
-    .bind(order_id)
-    .bind(amount_cents)
-    .bind(if charged || already_charged {
-        "captured"
-    } else {
-        "refunding"
-    })
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -412,25 +457,27 @@ pub async fn fail_and_release(
     reason: &str,
 ) -> Result<Option<(String, Stock)>, StoreError> {
     let mut tx = pool.begin().await?;
-    let failed: Option<(String, i32)> = sqlx::query_as(
+    let failed = sqlx::query!(
         "UPDATE orders SET status = 'failed', failure_reason = $2, hold_expires_at = NULL,
                 next_attempt_at = NULL, updated_at = now()
          WHERE order_id = $1 AND status IN ('pending', 'reserved')
          RETURNING event_id, quantity",
+        order_id,
+        reason,
     )
-    .bind(order_id)
-    .bind(reason)
     .fetch_optional(&mut *tx)
-    .await?;
+    .await?
+    .map(|r| (r.event_id, r.quantity));
     let Some((event_id, quantity)) = failed else {
         return Ok(None);
     };
-    let stock: Stock = sqlx::query_as(
+    let stock: Stock = sqlx::query_as!(
+        Stock,
         "UPDATE inventory SET reserved = reserved - $2, version = version + 1
          WHERE event_id = $1 RETURNING capacity, reserved, sold, version",
+        &event_id,
+        quantity,
     )
-    .bind(&event_id)
-    .bind(quantity)
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -445,7 +492,7 @@ pub async fn claim_refund(
     pool: &PgPool,
     lease: std::time::Duration,
 ) -> Result<Option<(Uuid, i32)>, StoreError> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query!(
         "UPDATE payments SET next_refund_at = now() + make_interval(secs => $1),
                 refund_attempts = refund_attempts + 1
          WHERE order_id = (
@@ -453,10 +500,11 @@ pub async fn claim_refund(
              WHERE status = 'refunding' AND next_refund_at <= now()
              ORDER BY next_refund_at LIMIT 1 FOR UPDATE SKIP LOCKED)
          RETURNING order_id, refund_attempts",
+        lease.as_secs_f64(),
     )
-    .bind(lease.as_secs_f64())
     .fetch_optional(pool)
-    .await?)
+    .await?
+    .map(|r| (r.order_id, r.refund_attempts)))
 }
 
 /// Hands a refund the provider did not complete back, to be tried after `delay`.
@@ -465,22 +513,22 @@ pub async fn refund_later(
     order_id: Uuid,
     delay: std::time::Duration,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE payments SET next_refund_at = now() + make_interval(secs => $2)
          WHERE order_id = $1 AND status = 'refunding'",
+        order_id,
+        delay.as_secs_f64(),
     )
-    .bind(order_id)
-    .bind(delay.as_secs_f64())
     .execute(pool)
     .await?;
     Ok(())
 }
 
 pub async fn mark_refunded(pool: &PgPool, order_id: Uuid) -> Result<(), StoreError> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE payments SET status = 'refunded' WHERE order_id = $1 AND status = 'refunding'",
+        order_id,
     )
-    .bind(order_id)
     .execute(pool)
     .await?;
     Ok(())
@@ -491,11 +539,12 @@ pub async fn lock_charged(
     tx: &mut Transaction<'_, Postgres>,
     order_id: Uuid,
 ) -> Result<bool, StoreError> {
-    let status: Option<String> =
-        sqlx::query_scalar("SELECT status FROM orders WHERE order_id = $1 FOR UPDATE")
-            .bind(order_id)
-            .fetch_optional(&mut **tx)
-            .await?;
+    let status: Option<String> = sqlx::query_scalar!(
+        "SELECT status FROM orders WHERE order_id = $1 FOR UPDATE",
+        order_id
+    )
+    .fetch_optional(&mut **tx)
+    .await?;
     Ok(status.as_deref() == Some("charged"))
 }
 
@@ -506,12 +555,13 @@ pub async fn sell_held_seats(
     event_id: &str,
     quantity: i32,
 ) -> Result<(i32, Stock), StoreError> {
-    let stock: Stock = sqlx::query_as(
+    let stock: Stock = sqlx::query_as!(
+        Stock,
         "UPDATE inventory SET reserved = reserved - $2, sold = sold + $2, version = version + 1
          WHERE event_id = $1 RETURNING capacity, reserved, sold, version",
+        event_id,
+        quantity,
     )
-    .bind(event_id)
-    .bind(quantity)
     .fetch_one(&mut **tx)
     .await?;
     Ok((stock.sold - quantity + 1, stock))
@@ -527,22 +577,22 @@ pub async fn confirm(
     payload: &serde_json::Value,
     traceparent: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE orders SET status = 'confirmed', first_seat = $2, hold_expires_at = NULL,
          next_attempt_at = NULL, updated_at = now() WHERE order_id = $1",
+        order_id,
+        first_seat,
     )
-    .bind(order_id)
-    .bind(first_seat)
     .execute(&mut **tx)
     .await?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, traceparent)
          VALUES ('order', $1, $2, $3, $4)",
+        order_id.to_string(),
+        event_type,
+        payload,
+        traceparent,
     )
-    .bind(order_id.to_string())
-    .bind(event_type)
-    .bind(payload)
-    .bind(traceparent)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -69,8 +69,10 @@ pub fn health_router(pool: PgPool, broker: crate::health::BrokerProbe) -> axum::
         .route(
             "/readyz",
             axum::routing::get(move || async move {
-                let (db, broker) =
-                    tokio::join!(sqlx::query("SELECT 1").execute(&pool), broker.reachable());
+                let (db, broker) = tokio::join!(
+                    sqlx::query_scalar!("SELECT 1 AS ping").fetch_one(&pool),
+                    broker.reachable()
+                );
                 let db = db.is_ok();
                 if db && broker {
                     "ready".into_response()
@@ -135,11 +137,11 @@ pub async fn handle(
         Uuid::from_slice(&sha2::Sha256::digest(data.event_id.as_bytes())[..16]).expect("16 bytes")
     };
     let mut tx = pool.begin().await?;
-    let fresh = sqlx::query(
+    let fresh = sqlx::query!(
         "INSERT INTO processed_events (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        consumer_name,
+        dedup_key,
     )
-    .bind(consumer_name)
-    .bind(dedup_key)
     .execute(&mut *tx)
     .await?
     .rows_affected()
@@ -149,12 +151,13 @@ pub async fn handle(
     }
     // Tickets only for an order PostgreSQL holds as confirmed, as the event
     // says it: a forged or altered message on the topic mints nothing.
-    let known: Option<(String, String, i32, Option<i32>)> = sqlx::query_as(
+    let known: Option<(String, String, i32, Option<i32>)> = sqlx::query!(
         "SELECT event_id, status, quantity, first_seat FROM orders WHERE order_id = $1",
+        data.order_id,
     )
-    .bind(data.order_id)
     .fetch_optional(&mut *tx)
-    .await?;
+    .await?
+    .map(|r| (r.event_id, r.status, r.quantity, r.first_seat));
     let expected = (
         data.event_id.clone(),
         "confirmed".to_owned(),
@@ -167,25 +170,27 @@ pub async fn handle(
             data.order_id, data.event_id, data.quantity, data.first_seat
         )));
     }
-    let event_name: String = sqlx::query_scalar("SELECT name FROM events WHERE event_id = $1")
-        .bind(&data.event_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| HandleError::Fatal(format!("unknown event {}", data.event_id)))?;
+    let event_name: String = sqlx::query_scalar!(
+        "SELECT name FROM events WHERE event_id = $1",
+        &data.event_id
+    )
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or_else(|| HandleError::Fatal(format!("unknown event {}", data.event_id)))?;
     let seats: Vec<i32> = (data.first_seat..data.first_seat + data.quantity).collect();
     let codes: Vec<String> = seats
         .iter()
         .map(|seat| issuer.signer.code(&data.event_id, data.order_id, *seat))
         .collect();
     for (seat, code) in seats.iter().zip(&codes) {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO tickets (ticket_id, order_id, event_id, seat_no, code) VALUES ($1, $2, $3, $4, $5)",
+            Uuid::now_v7(),
+            data.order_id,
+            &data.event_id,
+            seat,
+            code,
         )
-        .bind(Uuid::now_v7())
-        .bind(data.order_id)
-        .bind(&data.event_id)
-        .bind(seat)
-        .bind(code)
         .execute(&mut *tx)
         .await?;
     }

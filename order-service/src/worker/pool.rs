@@ -587,7 +587,7 @@ pub async fn run(
                 let orphaned = orphans.observe(Instant::now(), &progress, &ours);
                 if !orphaned.is_empty() {
                     // Only a member that can do the work takes it over.
-                    let alive = tokio::time::timeout(Duration::from_secs(2), sqlx::query("SELECT 1").execute(&handler.pool)).await;
+                    let alive = tokio::time::timeout(Duration::from_secs(2), sqlx::query_scalar!("SELECT 1 AS ping").fetch_one(&handler.pool)).await;
                     if matches!(alive, Ok(Ok(_))) {
                         rejoin = Some(orphaned);
                     } else {
