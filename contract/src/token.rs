@@ -23,6 +23,7 @@ use base64::Engine;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey};
 use hmac::{Hmac, Mac};
 use jsonwebtoken::{Algorithm, DecodingKey, Header, Validation};
+use jsonwebtoken::jwk::JwkSet;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -390,21 +391,32 @@ impl KeySet {
         tag.len() >= 16 && mac.verify_truncated_left(tag).is_ok()
     }
 
-    /// The public half of the verify set as a JWK Set document.
-    pub fn jwks(&self) -> serde_json::Value {
-        let mut keys: Vec<_> = self
+    /// The public half of the verify set as a JWK Set document, sorted by `kid`.
+    pub fn jwks(&self) -> JwkSet {
+        use jsonwebtoken::jwk::{
+            AlgorithmParameters, CommonParameters, EllipticCurve, Jwk, KeyAlgorithm,
+            OctetKeyPairParameters, OctetKeyPairType, PublicKeyUse,
+        };
+        let mut keys: Vec<Jwk> = self
             .inner
             .verify
             .iter()
-            .map(|(kid, key)| {
-                serde_json::json!({
-                    "kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig",
-                    "kid": kid, "x": key.x,
-                })
+            .map(|(kid, key)| Jwk {
+                common: CommonParameters {
+                    public_key_use: Some(PublicKeyUse::Signature),
+                    key_algorithm: Some(KeyAlgorithm::EdDSA),
+                    key_id: Some(kid.clone()),
+                    ..Default::default()
+                },
+                algorithm: AlgorithmParameters::OctetKeyPair(OctetKeyPairParameters {
+                    key_type: OctetKeyPairType::OctetKeyPair,
+                    curve: EllipticCurve::Ed25519,
+                    x: key.x.clone(),
+                }),
             })
             .collect();
-        keys.sort_by(|a, b| a["kid"].as_str().cmp(&b["kid"].as_str()));
-        serde_json::json!({ "keys": keys })
+        keys.sort_by(|a, b| a.common.key_id.cmp(&b.common.key_id));
+        JwkSet { keys }
     }
 }
 
@@ -543,7 +555,7 @@ mod tests {
         assert!(rotated
             .verify(&token, TokenUse::Access, Some("ev1"))
             .is_ok());
-        assert_eq!(rotated.jwks()["keys"].as_array().unwrap().len(), 2);
+        assert_eq!(rotated.jwks().keys.len(), 2);
     }
 
     #[test]
@@ -630,13 +642,31 @@ mod tests {
     }
 
     #[test]
+    fn the_jwks_is_the_rfc_8037_shape_of_each_verify_key() {
+        let keys = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
+        let jwks = serde_json::to_value(keys.jwks()).unwrap();
+        let x = jwks["keys"][0]["x"].as_str().unwrap();
+        assert_eq!(x.len(), 43, "32 bytes, base64url without padding");
+        assert_eq!(
+            jwks,
+            serde_json::json!({ "keys": [{
+                "kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig",
+                "kid": keys.signing_kid(), "x": x,
+            }] })
+        );
+    }
+
+    #[test]
     fn access_tokens_are_standard_eddsa_jwts() {
         let pem = generate_ed25519_pem();
         let keys = KeySet::from_pems("boxoffice", &pem, &[], SECRET).unwrap();
         let claims = Claims::new("boxoffice", "ev1", "f", TokenUse::Access, now_s(), 60);
         let token = keys.sign(&claims);
         // Readable by any JWT library holding the public key...
-        let x = keys.jwks()["keys"][0]["x"].as_str().unwrap().to_owned();
+        let x = serde_json::to_value(keys.jwks()).unwrap()["keys"][0]["x"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         let mut validation = Validation::new(Algorithm::EdDSA);
         validation.set_audience(&["ev1"]);
         let decoded = jsonwebtoken::decode::<Claims>(

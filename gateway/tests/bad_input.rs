@@ -77,7 +77,7 @@ async fn every_bad_request_gets_its_problem_document(
     let b64 = |bytes: &[u8]| URL_SAFE_NO_PAD.encode(bytes);
     let payload = b64(&serde_json::to_vec(&claims).unwrap());
     let alg_none = format!("{}.{payload}.", b64(br#"{"alg":"none","typ":"JWT"}"#));
-    let jwks = stack.keys.jwks();
+    let jwks = serde_json::to_value(stack.keys.jwks()).unwrap();
     let public_x = jwks["keys"][0]["x"].as_str().unwrap().to_owned();
     let mut confused_header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
     confused_header.kid = jwks["keys"][0]["kid"].as_str().map(str::to_owned);

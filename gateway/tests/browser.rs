@@ -402,6 +402,7 @@ async fn an_account_fan_joins_with_the_token_in_the_address_and_the_page_removes
         boxoffice_contract::token::KeySet::from_pems("login", &pem, &[], common::QUEUE_SECRET)
             .unwrap()
             .jwks();
+    let jwks = serde_json::to_value(jwks).unwrap();
     let kid = jwks["keys"][0]["kid"].as_str().unwrap().to_owned();
     let jwks_file = std::env::temp_dir().join(format!("jwks-{}.json", uuid::Uuid::new_v4()));
     std::fs::write(&jwks_file, jwks.to_string()).unwrap();

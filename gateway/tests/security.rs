@@ -919,6 +919,7 @@ async fn an_account_fan_is_the_subject_of_a_verified_identity_token(
         boxoffice_contract::token::KeySet::from_pems("login", &ed_pem, &[], common::QUEUE_SECRET)
             .unwrap()
             .jwks();
+    let ed_jwks = serde_json::to_value(ed_jwks).unwrap();
     let ed_kid = ed_jwks["keys"][0]["kid"].as_str().unwrap().to_owned();
     let ec_pem = Command::new("openssl")
         .args([
