@@ -67,15 +67,23 @@ ensure_sqlx_cli() {
 # sqlx_offline_data [--check]: applies the order service's migrations to a
 # scratch database made afresh (boxoffice_sqlx_check, next to DATABASE_URL's)
 # and prepares the query data in .sqlx/ against it; with --check, fails if
-# the committed .sqlx/ is not what the statements and migrations give.
+# the committed .sqlx/ is not what the statements and migrations give (a
+# statement without its file, a file that differs, or a file no statement
+# uses, which sqlx-cli itself only warns about).
 sqlx_offline_data() {
   ensure_sqlx_cli
   local base=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
-  local url=${base%/*}/boxoffice_sqlx_check
+  local url=${base%/*}/boxoffice_sqlx_check out status=0
   DATABASE_URL=$url sqlx database drop -y >/dev/null
   DATABASE_URL=$url sqlx database create
   DATABASE_URL=$url sqlx migrate run --source order-service/migrations >/dev/null
-  env -u SQLX_OFFLINE DATABASE_URL="$url" cargo sqlx prepare --workspace "$@" -- --locked
+  out=$(env -u SQLX_OFFLINE DATABASE_URL="$url" cargo sqlx prepare --workspace "$@" -- --locked) || status=$?
+  [ -z "$out" ] || printf '%s\n' "$out"
+  if [ "$status" -eq 0 ] && [[ $out == *"unused queries"* ]]; then
+    echo "error: .sqlx/ holds query data no statement uses; regenerate it (docs/sql.md)" >&2
+    status=1
+  fi
+  return "$status"
 }
 
 # Headless Chromium and its WebDriver, for the browser tests.
