@@ -148,7 +148,7 @@ pub async fn observe(request: Request, next: Next) -> Response {
 pub struct Service(pub &'static str);
 
 /// [`observe`], and the request's span exported as `service`'s (see
-/// [`otlp`](crate::otlp)): `axum::middleware::from_fn_with_state(Service(NAME), traced)`.
+/// [`otlp`]): `axum::middleware::from_fn_with_state(Service(NAME), traced)`.
 pub async fn traced(
     State(Service(service)): State<Service>,
     request: Request,
