@@ -42,10 +42,16 @@ pub struct Config {
     pub queue_secret: String,
     #[command(flatten)]
     pub service: boxoffice_contract::auth::ServiceTokenArgs,
-    /// The ticketing site's JWKS (a file, or an `https://` URL read at
-    /// start) that verifies identity tokens of `account` events.
+    /// The ticketing site's JWKS (a file, or an `https://` URL) that
+    /// verifies identity tokens of `account` events; read at start and again
+    /// every `--identity-jwks-refresh-s`.
     #[arg(long, env = "BOXOFFICE_IDENTITY_JWKS")]
     pub identity_jwks: Option<String>,
+    /// How often the identity JWKS is read again (the site's key rotation
+    /// reaches the gateway within this).
+    #[arg(long, env = "BOXOFFICE_IDENTITY_JWKS_REFRESH_S", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub identity_jwks_refresh_s: u64,
     /// The `iss` identity tokens must carry.
     #[arg(long, env = "BOXOFFICE_IDENTITY_ISSUER", default_value = "")]
     pub identity_issuer: String,

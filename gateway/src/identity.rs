@@ -5,7 +5,17 @@
 //! and its expiry; its `sub` is the fan. Only asymmetric keys are taken from
 //! the set (an `oct` key or an `HS*` token is refused), and a token's `alg`
 //! must match its key's type, so a public key can never be used as an HMAC
-//! secret.
+//! secret; RSA keys under 2048 bits are skipped, and a token is refused
+//! before its `nbf`.
+//!
+//! The site rotates its keys by publishing the new one in its JWKS before
+//! signing with it: [`keep_fresh`] reads the JWKS again every
+//! `BOXOFFICE_IDENTITY_JWKS_REFRESH_S`. A read that fails keeps the keys in
+//! hand; until a first read succeeds, `account` joins answer 503
+//! `identity-unavailable` (every other event is unaffected).
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -32,10 +42,20 @@ struct IdentityClaims {
     sub: String,
 }
 
+/// The smallest RSA modulus taken, in bytes (2048 bits, as NIST SP 800-131A asks).
+const MIN_RSA_MODULUS_BYTES: usize = 256;
+
 /// The algorithm a key is for, if it is one we accept.
 fn algorithm_of(jwk: &Jwk) -> Option<Algorithm> {
     match &jwk.algorithm {
-        AlgorithmParameters::RSA(_) => Some(Algorithm::RS256),
+        AlgorithmParameters::RSA(p) => {
+            use base64::Engine as _;
+            let modulus = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p.n.trim_end_matches('='))
+                .ok()?;
+            let significant = modulus.iter().skip_while(|b| **b == 0).count();
+            (significant >= MIN_RSA_MODULUS_BYTES).then_some(Algorithm::RS256)
+        }
         AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
             Some(Algorithm::ES256)
         }
@@ -65,7 +85,7 @@ impl IdentityProvider {
             .collect();
         anyhow::ensure!(
             !keys.is_empty(),
-            "the JWKS has no RSA, P-256 or Ed25519 key"
+            "the JWKS has no RSA (2048 bits or more), P-256 or Ed25519 key"
         );
         Ok(Self {
             keys,
@@ -115,6 +135,7 @@ impl IdentityProvider {
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
         validation.leeway = 5;
+        validation.validate_nbf = true;
         let claims = jsonwebtoken::decode::<IdentityClaims>(token, key, &validation)
             .map_err(|_| IdentityError::Refused)?
             .claims;
@@ -130,10 +151,92 @@ impl IdentityProvider {
     }
 }
 
+/// The identity keys in hand, replaced whole when the JWKS is read again.
+#[derive(Default)]
+pub struct IdentityKeys(RwLock<Option<Arc<IdentityProvider>>>);
+
+impl IdentityKeys {
+    pub fn get(&self) -> Option<Arc<IdentityProvider>> {
+        self.0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    pub fn set(&self, provider: IdentityProvider) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Arc::new(provider));
+    }
+}
+
+/// Reads the JWKS at `source` again and again: every `every` once it has
+/// keys, and sooner (1 s, doubling) while it has none. A failed read keeps
+/// the keys in hand. Runs until dropped.
+pub async fn keep_fresh(
+    keys: Arc<IdentityKeys>,
+    source: String,
+    issuer: String,
+    audience: String,
+    every: Duration,
+) {
+    let mut retry = Duration::from_secs(1);
+    loop {
+        let wait = match IdentityProvider::load(&source, &issuer, &audience).await {
+            Ok(provider) => {
+                keys.set(provider);
+                retry = Duration::from_secs(1);
+                every
+            }
+            Err(error) => {
+                let have_keys = keys.get().is_some();
+                tracing::warn!(%source, error = %format!("{error:#}"), have_keys, "reading the identity JWKS failed");
+                if have_keys {
+                    every
+                } else {
+                    retry = (retry * 2).min(every);
+                    retry / 2
+                }
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
 pub fn is_url(source: &str) -> bool {
     source.starts_with("https://") || source.starts_with("http://")
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+
+    fn rsa_jwks(modulus_bytes: usize) -> String {
+        let mut n = vec![0xc5_u8; modulus_bytes];
+        n[modulus_bytes - 1] = 0x01;
+        let n = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(n);
+        serde_json::json!({ "keys": [{ "kty": "RSA", "kid": "r", "n": n, "e": "AQAB" }] })
+            .to_string()
+    }
+
+    #[test]
+    fn rsa_keys_under_2048_bits_are_not_taken() {
+        let weak = IdentityProvider::from_jwks(&rsa_jwks(128), "https://login", "boxoffice");
+        assert!(
+            weak.err().unwrap().to_string().contains("2048 bits"),
+            "a 1024-bit key was taken"
+        );
+        let weak = IdentityProvider::from_jwks(&rsa_jwks(255), "https://login", "boxoffice");
+        assert!(weak.is_err(), "a 2040-bit key was taken");
+        let strong =
+            IdentityProvider::from_jwks(&rsa_jwks(256), "https://login", "boxoffice").unwrap();
+        assert_eq!(strong.keys.len(), 1);
+        assert_eq!(strong.keys[0].1, Algorithm::RS256);
+    }
 }

@@ -74,7 +74,7 @@ pub struct Shared {
     pub events: Arc<cache::EventCache>,
     pub per_fan: Arc<per_fan::PerFan>,
     /// The site login's keys, for `account` events (unset: such joins get 503).
-    pub identity: std::sync::OnceLock<identity::IdentityProvider>,
+    pub identity: Arc<identity::IdentityKeys>,
     /// The last readiness check: when, and whether Redis answered.
     pub readiness: tokio::sync::Mutex<Option<(std::time::Instant, bool)>>,
 }
@@ -95,8 +95,14 @@ impl AppState {
             config.per_fan_rate,
             config.per_fan_burst,
         ));
-        // A JWKS file is read here; a URL is fetched by the caller (see main).
-        let identity = std::sync::OnceLock::new();
+        // A JWKS file is read here (a broken one stops the start); a URL is
+        // fetched by `serve`'s refresher, which reads either again later.
+        let identity = Arc::new(identity::IdentityKeys::default());
+        anyhow::ensure!(
+            config.identity_jwks.is_none()
+                || !(config.identity_issuer.is_empty() || config.identity_audience.is_empty()),
+            "BOXOFFICE_IDENTITY_JWKS needs BOXOFFICE_IDENTITY_ISSUER and BOXOFFICE_IDENTITY_AUDIENCE"
+        );
         if let Some(source) = config
             .identity_jwks
             .as_deref()
@@ -109,7 +115,7 @@ impl AppState {
                 &config.identity_issuer,
                 &config.identity_audience,
             )?;
-            identity.set(provider).ok();
+            identity.set(provider);
         }
         Ok(Self(Arc::new(Shared {
             identity,
@@ -182,6 +188,15 @@ pub async fn serve(
     use tower::ServiceExt;
 
     state.per_fan.clone().spawn_sweeper(Duration::from_secs(60));
+    let _refresher = state.config.identity_jwks.clone().map(|source| {
+        AbortOnDrop(tokio::spawn(identity::keep_fresh(
+            state.identity.clone(),
+            source,
+            state.config.identity_issuer.clone(),
+            state.config.identity_audience.clone(),
+            Duration::from_secs(state.config.identity_jwks_refresh_s),
+        )))
+    });
     let header_timeout = Duration::from_millis(state.config.header_timeout_ms.max(1));
     let app = app(state);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -239,4 +254,13 @@ pub use boxoffice_contract::auth::bearer;
 pub(crate) fn redis_down(error: redis::RedisError) -> boxoffice_contract::Problem {
     tracing::error!(%error, "redis error");
     boxoffice_contract::Problem::unavailable("overloaded", "the waiting room is busy; try again", 1)
+}
+
+/// Stops a background task when `serve` returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

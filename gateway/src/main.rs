@@ -32,21 +32,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %config.listen, kid = keys.signing_kid(), "gateway listening");
-    let jwks_url = config
-        .identity_jwks
-        .clone()
-        .filter(|s| gateway::identity::is_url(s));
-    let (issuer, audience) = (
-        config.identity_issuer.clone(),
-        config.identity_audience.clone(),
-    );
     let state = AppState::new(redis, keys, config)?;
-    if let Some(url) = jwks_url {
-        let provider = gateway::identity::IdentityProvider::load(&url, &issuer, &audience)
-            .await
-            .with_context(|| format!("reading the identity JWKS at {url}"))?;
-        state.identity.set(provider).ok();
-    }
     let served = gateway::serve(listener, state, boxoffice_contract::shutdown::signal()).await;
     boxoffice_contract::otlp::flush_on_exit().await;
     served

@@ -128,7 +128,7 @@ fn fan_of(
             let Some(provider) = state.identity.get() else {
                 tracing::error!(
                     event_id,
-                    "an account event, but no BOXOFFICE_IDENTITY_JWKS is set"
+                    "an account event, but no identity JWKS in hand (BOXOFFICE_IDENTITY_JWKS unset, or not read yet)"
                 );
                 return Err(Problem::unavailable(
                     "identity-unavailable",

@@ -903,6 +903,92 @@ async fn an_anonymous_fan_cannot_be_impersonated_by_its_id(
     stack.stop().await;
 }
 
+/// The site rotates its login keys by publishing a new JWKS: the gateway
+/// reads it again (here every second) and takes the new key without a
+/// restart, and a key the site withdrew stops letting anyone in.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn the_gateway_follows_the_sites_login_key_rotation(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+    use std::time::{Duration, Instant};
+
+    const ISSUER: &str = "https://login.example.com";
+    let jwks_of = |pem: &str| {
+        serde_json::to_value(
+            boxoffice_contract::token::KeySet::from_pems("login", pem, &[], common::QUEUE_SECRET)
+                .unwrap()
+                .jwks(),
+        )
+        .unwrap()
+    };
+    let (old_pem, new_pem) = (
+        boxoffice_contract::token::generate_ed25519_pem(),
+        boxoffice_contract::token::generate_ed25519_pem(),
+    );
+    let (old, new) = (jwks_of(&old_pem), jwks_of(&new_pem));
+    let token = |pem: &str, jwks: &Value, sub: &str| {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = jwks["keys"][0]["kid"].as_str().map(str::to_owned);
+        encode(
+            &header,
+            &json!({ "sub": sub, "iss": ISSUER, "aud": "boxoffice", "exp": now_s() as i64 + 300 }),
+            &EncodingKey::from_ed_pem(pem.as_bytes()).unwrap(),
+        )
+        .unwrap()
+    };
+    let jwks_file = std::env::temp_dir().join(format!("jwks-{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(&jwks_file, old.to_string()).unwrap();
+    let path = jwks_file.display().to_string();
+    let stack = Stack::start_with_gateway(options, connect, |c| {
+        c.identity_jwks = Some(path);
+        c.identity_issuer = ISSUER.into();
+        c.identity_audience = "boxoffice".into();
+        c.identity_jwks_refresh_s = 1;
+    })
+    .await;
+    stack
+        .create_event_with(
+            "acct",
+            json!({ "identity": "account", "admission_rate_per_s": 0.001 }),
+        )
+        .await;
+    let join = |token: String| join_with(&stack, "acct", json!({ "identity_token": token }), None);
+
+    let (status, problem) = join(token(&new_pem, &new, "user-1")).await;
+    assert_eq!(
+        (status, slug(&problem)),
+        (StatusCode::UNAUTHORIZED, "invalid-identity"),
+        "a key the site has not published yet"
+    );
+    let (status, joined) = join(token(&old_pem, &old, "user-2")).await;
+    assert_eq!(status, StatusCode::CREATED, "{joined}");
+
+    // The site publishes the new key and withdraws the old one.
+    std::fs::write(&jwks_file, new.to_string()).unwrap();
+    let started = Instant::now();
+    loop {
+        let (status, joined) = join(token(&new_pem, &new, "user-1")).await;
+        if status == StatusCode::CREATED {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the new key was not taken within 15 s: {status} {joined}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, problem) = join(token(&old_pem, &old, "user-3")).await;
+    assert_eq!(
+        (status, slug(&problem)),
+        (StatusCode::UNAUTHORIZED, "invalid-identity"),
+        "a withdrawn key"
+    );
+    let _ = std::fs::remove_file(jwks_file);
+    stack.stop().await;
+}
+
 /// `account` events: the fan is the `sub` of an identity token from the
 /// site's login, checked against its JWKS (EdDSA and ES256 keys here);
 /// one place per account, and no token, a forged one, one for another
@@ -1014,6 +1100,11 @@ async fn an_account_fan_is_the_subject_of_a_verified_identity_token(
             ed(&claims("user-42", "another-site", 300)),
         ),
         ("expired", ed(&claims("user-42", "boxoffice", -600))),
+        ("not valid before an hour from now", {
+            let mut early = claims("user-42", "boxoffice", 7200);
+            early["nbf"] = json!(now_s() as i64 + 3600);
+            ed(&early)
+        }),
         ("HS256 with the public key as secret", hmac_with_public_key),
         ("not a JWT", "user-42".into()),
     ] {
