@@ -1,13 +1,20 @@
 //! The BoxOffice admission service: lets fans out of the waiting room at the
-//! rate the back end can take, and the admin API ops drive it with.
+//! rate the back end can take, and serves the admin API ops drive it with.
+//! [`serve`] runs it all: the admission loop, the rate controller, the
+//! dashboard's sampler, the settings restore and the admin API.
 //!
-//! - [`admitter`]: the tick loop; one atomic Lua script per event and tick,
-//!   under a Redis lease so exactly one replica admits each event.
+//! Modules, each depending only on those listed after it:
+//!
+//! - [`sampler`]: samples every event's figures once a second for the dashboard.
+//! - [`api`]: the admin API (`/admin/v1/...`, behind the admin bearer token), one module per resource, and its OpenAPI document.
+//! - [`restore`]: keeps event settings in PostgreSQL and puts them back when Redis lost them.
+//! - [`state`]: [`AppState`], what every admin request and background task shares.
+//! - [`history`]: the dashboard's last minutes of every event, in memory.
+//! - [`lockout`]: locks out clients that send wrong admin tokens.
+//! - [`admitter`]: the tick loop; one atomic Lua script per event and tick, under a Redis lease so exactly one replica admits each event.
 //! - [`adaptive`]: AIMD on the rate from order latency, outbox backlog and consumer lag.
-//! - [`api`]: the admin API (`/admin/v1/...`), behind the admin bearer token.
+//! - [`config`]: the command line of `admission serve`.
 //! - [`cli`]: `admission event …` and `admission capacity …`, clients of the admin API.
-//! - [`dashboard`]: the ops dashboard at `/admin/` and the samples it charts.
-//! - [`config`]: the command line.
 #![forbid(unsafe_code)]
 
 pub mod adaptive;
@@ -15,54 +22,17 @@ pub mod admitter;
 pub mod api;
 pub mod cli;
 pub mod config;
-pub mod dashboard;
+pub mod history;
 pub mod lockout;
 pub mod restore;
+pub mod sampler;
+pub mod state;
 
-use std::sync::Arc;
-
-use redis::aio::ConnectionManager;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use config::Config;
-
-/// Shared by every admin request.
-#[derive(Clone)]
-pub struct AppState {
-    pub redis: ConnectionManager,
-    pub config: Arc<Config>,
-    /// Client for the order service's internal API (inventory lives there).
-    pub http: reqwest::Client,
-    /// This replica's name in the admission leases.
-    pub replica: String,
-    /// The dashboard's last minutes of every event.
-    pub history: Arc<dashboard::History>,
-    /// Clients that sent wrong admin tokens.
-    pub lockout: Arc<lockout::Lockout>,
-}
-
-impl AppState {
-    pub fn new(redis: ConnectionManager, config: Config) -> anyhow::Result<Self> {
-        // Every call goes to the order service's internal API, with the service token.
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(5))
-            .default_headers(config.service.header()?)
-            .build()?;
-        let replica = config.replica_id();
-        Ok(Self {
-            redis,
-            history: Arc::new(dashboard::History::new(config.history_samples)),
-            lockout: Arc::new(lockout::Lockout::new(
-                config.admin_max_failures,
-                std::time::Duration::from_secs(config.admin_lockout_s),
-            )),
-            config: Arc::new(config),
-            http,
-            replica,
-        })
-    }
-}
+pub use state::AppState;
 
 /// Serves the admin API and runs the admission loop until `shutdown` resolves.
 pub async fn serve(
@@ -88,7 +58,7 @@ pub async fn serve(
     };
     let adapt_task =
         tokio::spawn(controller.run(std::time::Duration::from_secs(1), cancel.clone()));
-    let sample_task = tokio::spawn(dashboard::run_sampler(
+    let sample_task = tokio::spawn(sampler::run_sampler(
         state.clone(),
         std::time::Duration::from_millis(state.config.sample_ms.max(50)),
         cancel.clone(),

@@ -19,7 +19,7 @@ use redis::{AsyncCommands, Script};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::AppState;
+use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
 struct EventSettings {

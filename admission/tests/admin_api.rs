@@ -193,7 +193,7 @@ async fn the_dashboard_history_holds_each_events_samples_and_refuses_unknown_eve
         admission::AppState::new(redis.clone(), c).unwrap()
     };
     for _ in 0..3 {
-        assert_eq!(admission::dashboard::sample_all(&state).await.unwrap(), 1);
+        assert_eq!(admission::sampler::sample_all(&state).await.unwrap(), 1);
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     let app = admission::api::router(state);
