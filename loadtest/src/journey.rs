@@ -324,7 +324,7 @@ async fn send(
         builder = builder.json(body);
     }
     let request = GooseRequest::builder()
-        .method(call.method.clone())
+        .method(call.method)
         .path(call.path)
         .name(call.step.name())
         .set_request_builder(builder)

@@ -232,8 +232,11 @@ pub fn markdown(r: &Report) -> String {
     m
 }
 
+/// One line of a chart: its label, its colour and what it plots.
+type Series<'a> = (&'a str, &'a str, fn(&Sample) -> f64);
+
 /// An SVG line chart of some series over the timeline.
-fn chart(title: &str, samples: &[Sample], series: &[(&str, &str, fn(&Sample) -> f64)]) -> String {
+fn chart(title: &str, samples: &[Sample], series: &[Series]) -> String {
     let (w, h, pad) = (640.0, 200.0, 40.0);
     let t0 = samples.first().map_or(0, |s| s.t_ms);
     let t1 = samples.last().map_or(1, |s| s.t_ms).max(t0 + 1);
