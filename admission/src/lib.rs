@@ -17,6 +17,9 @@
 //! - [`cli`]: `admission event …` and `admission capacity …`, clients of the admin API.
 #![forbid(unsafe_code)]
 
+/// The name the admission service's exported spans carry (`service.name`).
+pub const SERVICE: &str = "boxoffice-admission";
+
 pub mod adaptive;
 pub mod admitter;
 pub mod api;

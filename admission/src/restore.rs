@@ -10,6 +10,7 @@
 //! line itself (fans join again), admissions not yet spent, and an adaptive
 //! rate written after the last admin write and before the loss.
 
+use boxoffice_contract::trace::{TraceContext, TRACEPARENT};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -27,11 +28,13 @@ struct EventSettings {
     settings: HashMap<String, String>,
 }
 
-/// Keeps `fields`, the event's whole settings hash, in PostgreSQL.
+/// Keeps `fields`, the event's whole settings hash, in PostgreSQL, as part
+/// of the admin request's `trace`.
 pub async fn persist(
     state: &AppState,
     event_id: &str,
     fields: &HashMap<String, String>,
+    trace: &TraceContext,
 ) -> Result<(), Problem> {
     let url = format!(
         "{}/internal/events/{event_id}/settings",
@@ -47,6 +50,7 @@ pub async fn persist(
     let response = state
         .http
         .put(url)
+        .header(TRACEPARENT, trace.to_string())
         .json(fields)
         .send()
         .await
@@ -85,7 +89,11 @@ pub async fn restore_once(state: &AppState) -> anyhow::Result<usize> {
 /// Puts back one event's settings if Redis lost them (before an admin write
 /// reads what the event already is: its seed, its opening, its identity);
 /// `false` when there was nothing to put back or nothing kept.
-pub async fn restore_event(state: &AppState, event_id: &str) -> Result<bool, Problem> {
+pub async fn restore_event(
+    state: &AppState,
+    event_id: &str,
+    trace: &TraceContext,
+) -> Result<bool, Problem> {
     let unavailable = |error: &dyn std::fmt::Display| {
         tracing::error!(%error, "could not read the event's kept settings");
         Problem::unavailable(
@@ -101,6 +109,7 @@ pub async fn restore_event(state: &AppState, event_id: &str) -> Result<bool, Pro
     let response = state
         .http
         .get(url)
+        .header(TRACEPARENT, trace.to_string())
         .send()
         .await
         .map_err(|e| unavailable(&e))?;

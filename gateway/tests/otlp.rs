@@ -2,7 +2,8 @@
 //! spans received here over OTLP/HTTP (protobuf) as a collector would and
 //! decoded with `opentelemetry-proto`, form one trace whose parents run from
 //! the caller through the gateway, the order service and its saga to the
-//! ticket worker, each span under its own service's name.
+//! ticket worker, each span under its own service's name; and the admin's
+//! event creation is admission's span with the order service's under it.
 //!
 //! The exporters are process-wide, so this file holds one test: its process
 //! is the only one exporting to its receiver.
@@ -120,6 +121,7 @@ async fn one_purchase_is_one_exported_trace_across_the_services(
 ) {
     let (endpoint, received) = collector().await;
     for service in [
+        admission::SERVICE,
         gateway::SERVICE,
         order_service::SERVICE,
         order_service::WORKER_SERVICE,
@@ -168,11 +170,11 @@ async fn one_purchase_is_one_exported_trace_across_the_services(
 
     // Batched export: flush until the worker's span has arrived.
     let mut trace = Vec::new();
+    let mut all = Vec::new();
     for _ in 0..50 {
         tokio::task::spawn_blocking(otlp::flush).await.unwrap();
-        trace = received
-            .lock()
-            .unwrap()
+        all = received.lock().unwrap().clone();
+        trace = all
             .iter()
             .filter(|s| s.trace_id == trace_id)
             .cloned()
@@ -240,6 +242,23 @@ async fn one_purchase_is_one_exported_trace_across_the_services(
             "{span:#?} hangs outside the trace"
         );
     }
+    // The admin's PUT that created the event is a trace of its own:
+    // admission's span, and the order service's inventory write under it.
+    let put: Vec<&Received> = all
+        .iter()
+        .filter(|s| s.service == admission::SERVICE && s.name == "PUT /admin/v1/events/{event_id}")
+        .collect();
+    assert_eq!(put.len(), 1, "{put:#?}");
+    let under_put: Vec<&str> = all
+        .iter()
+        .filter(|s| s.trace_id == put[0].trace_id && s.parent_span_id == put[0].span_id)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(
+        under_put.contains(&"PUT /internal/events/{event_id}")
+            && under_put.contains(&"PUT /internal/events/{event_id}/settings"),
+        "the order service's inventory and settings writes are not under the admin's PUT: {under_put:?}"
+    );
     // Probes are not exported.
     assert!(
         received.lock().unwrap().iter().all(|s| s

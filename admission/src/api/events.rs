@@ -2,6 +2,7 @@
 //! (`GET`) one event, and list them all; with the bodies these take and the
 //! rules of their fields.
 
+use boxoffice_contract::trace::{TraceContext, TRACEPARENT};
 use std::collections::HashMap;
 
 use axum::extract::State;
@@ -217,9 +218,12 @@ fn check_rate(rate: f64) -> Result<(), Problem> {
 )]
 pub(super) async fn put_event(
     State(state): State<AppState>,
+    trace: Option<axum::Extension<TraceContext>>,
     Path(event_id): Path<String>,
     Json(spec): Json<EventSpec>,
 ) -> Result<Response, Problem> {
+    // The request's trace, handed to each call to the order service.
+    let trace = trace.map_or_else(TraceContext::root, |t| t.0);
     check_event_id(&event_id)?;
     let mut config = spec.validate()?;
     // A replaced event keeps its shuffle seed: its commitment may already be public.
@@ -236,7 +240,7 @@ pub(super) async fn put_event(
     // or a PUT after the loss would draw a new seed and lift every check below.
     // Read again whoever put it back (this call or the periodic restore).
     if seed.is_none() {
-        restore::restore_event(&state, &event_id).await?;
+        restore::restore_event(&state, &event_id, &trace).await?;
         (seed, opened_ms, identity) = redis
             .hget(keys.config(), &current)
             .await
@@ -282,6 +286,10 @@ pub(super) async fn put_event(
     let response = state
         .http
         .put(url)
+        .header(
+            TRACEPARENT,
+            trace.to_string(),
+        )
         .json(&body)
         .send()
         .await
@@ -311,7 +319,7 @@ pub(super) async fn put_event(
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-    restore::persist(&state, &event_id, &fields).await?;
+    restore::persist(&state, &event_id, &fields, &trace).await?;
     let mut pipe = redis::pipe();
     pipe.atomic()
         .del(keys.config())
@@ -389,9 +397,11 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Adapt
 )]
 pub(super) async fn patch_event(
     State(state): State<AppState>,
+    trace: Option<axum::Extension<TraceContext>>,
     Path(event_id): Path<String>,
     Json(patch): Json<EventPatch>,
 ) -> Result<axum::Json<EventView>, Problem> {
+    let trace = trace.map_or_else(TraceContext::root, |t| t.0);
     check_event_id(&event_id)?;
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
@@ -448,7 +458,7 @@ pub(super) async fn patch_event(
     let mut whole: HashMap<String, String> =
         redis.hgetall(keys.config()).await.map_err(redis_down)?;
     whole.extend(fields.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
-    restore::persist(&state, &event_id, &whole).await?;
+    restore::persist(&state, &event_id, &whole, &trace).await?;
     redis
         .hset_multiple::<_, _, _, ()>(keys.config(), &fields)
         .await

@@ -96,8 +96,9 @@ pub fn router(state: AppState) -> Router {
     let (routes, _) = routes(&state);
     boxoffice_contract::problem::with_fallbacks(routes)
         .with_state(state)
-        .layer(axum::middleware::from_fn(
-            boxoffice_contract::telemetry::observe,
+        .layer(axum::middleware::from_fn_with_state(
+            boxoffice_contract::telemetry::Service(crate::SERVICE),
+            boxoffice_contract::telemetry::traced,
         ))
 }
 
