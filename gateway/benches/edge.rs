@@ -220,7 +220,8 @@ end
         axum::routing::post(|_: axum::body::Bytes| async { "" }),
     ))
     .await;
-    boxoffice_contract::otlp::install(gateway::SERVICE, Some(&format!("{sink}/v1/traces"))).unwrap();
+    boxoffice_contract::otlp::install(gateway::SERVICE, Some(&format!("{sink}/v1/traces")))
+        .unwrap();
     let traced = tokio::task::spawn_blocking({
         move || {
             wrk(

@@ -184,7 +184,10 @@ async fn step_one(state: &AppState) -> Result<bool, StoreError> {
         parent,
     );
     if exported.is_recording() {
-        exported.set_attribute(otlp::Attribute::new("boxoffice.order_id", order.order_id.to_string()));
+        exported.set_attribute(otlp::Attribute::new(
+            "boxoffice.order_id",
+            order.order_id.to_string(),
+        ));
     }
     let done = async {
         let key = order.order_id.to_string();

@@ -286,10 +286,7 @@ pub(super) async fn put_event(
     let response = state
         .http
         .put(url)
-        .header(
-            TRACEPARENT,
-            trace.to_string(),
-        )
+        .header(TRACEPARENT, trace.to_string())
         .json(&body)
         .send()
         .await
