@@ -93,6 +93,13 @@ ensure_chromium() {
   apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
 }
 
+# pyflakes checks the Python scripts (the chaos judge) in CI.
+ensure_pyflakes() {
+  command -v pyflakes3 >/dev/null && return
+  say "installing pyflakes (Debian package pyflakes3) for the script lint"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends pyflakes3 >/dev/null
+}
+
 # promtool checks and unit-tests the Prometheus alert rules in k8s/monitoring.
 ensure_promtool() {
   command -v promtool >/dev/null && return

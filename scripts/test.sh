@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole BoxOffice test suite against real Redis, PostgreSQL and a
-# Kafka-protocol broker, starting whichever of them is not running; then, when
-# run without arguments, the short chaos suite and its self-check.
+# Kafka-protocol broker, starting whichever of them is not running. Run
+# without arguments (as CI does) it first checks formatting and lints, and
+# ends with the short chaos suite and its self-check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -16,6 +17,13 @@ trap 'stop_pid "$KAFKA_PID"' EXIT
 export REDIS_URL=redis://127.0.0.1:6379
 export DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+if [ $# -eq 0 ]; then
+  say "checking formatting and lints (cargo fmt, clippy -D warnings, pyflakes)"
+  cargo fmt --all --check
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+  ensure_pyflakes
+  pyflakes3 scripts/*.py
+fi
 say "checking that the SQL's offline data in .sqlx/ is current"
 sqlx_offline_data --check
 say "running the tests"
