@@ -17,7 +17,10 @@
 //! exported child of the caller's. (`tracing-opentelemetry` would make its
 //! own span ids, which the `traceparent` handed on would then have to follow.)
 //!
-//! When off, starting a span costs one atomic load.
+//! When off, a span costs one atomic load ([`enabled`]; callers check it
+//! before building a name). Spans are sampled parent-based, always on: a
+//! caller's `traceparent` flagged not sampled is not exported, and
+//! `OTEL_TRACES_SAMPLER` is not followed.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -29,7 +32,7 @@ use opentelemetry::trace::{
     TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
 use crate::trace::{ParentSpan, TraceContext};
@@ -85,7 +88,11 @@ pub fn install(service: &'static str, endpoint: Option<&str>) -> anyhow::Result<
     if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
         resource = resource.with_service_name(service);
     }
+    // Every span whose parent is sampled (or that has none) is exported: the
+    // `traceparent` handed on says "sampled" before any sampler could decide
+    // otherwise, so `OTEL_TRACES_SAMPLER` is not followed.
     let provider = SdkTracerProvider::builder()
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
         .with_batch_exporter(exporter)
         .with_resource(resource.build())
         .build();
@@ -96,6 +103,12 @@ pub fn install(service: &'static str, endpoint: Option<&str>) -> anyhow::Result<
         .insert(service, Exporter { provider, tracer });
     ON.store(true, Ordering::Release);
     Ok(())
+}
+
+/// Whether any service in this process exports: check it before building
+/// a span's name or attributes.
+pub fn enabled() -> bool {
+    ON.load(Ordering::Acquire)
 }
 
 /// Sends every finished span now (blocking: call it from a blocking
@@ -181,7 +194,9 @@ impl Span {
 
     /// Whether the span is exported (so attributes are worth computing).
     pub fn is_recording(&self) -> bool {
-        self.0.is_some()
+        self.0
+            .as_ref()
+            .is_some_and(opentelemetry::trace::Span::is_recording)
     }
 
     pub fn set_attribute(&mut self, attribute: KeyValue) {

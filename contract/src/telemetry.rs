@@ -180,9 +180,20 @@ async fn observe_as(service: Option<&'static str>, mut request: Request, next: N
         span_id = %cx.span_id_hex(),
         parent_span_id = %parent,
     );
-    // Probes and scrapes are not worth a span each.
-    let service =
-        service.filter(|_| !matches!(request.uri().path(), "/healthz" | "/readyz" | "/metrics"));
+    // Probes, scrapes and the internal plane's polling (admission asks the
+    // order service for its health and kept settings every second or two)
+    // are not worth a trace each.
+    let service = service.filter(|_| {
+        otlp::enabled()
+            && !matches!(
+                request.uri().path(),
+                "/healthz"
+                    | "/readyz"
+                    | "/metrics"
+                    | "/internal/health"
+                    | "/internal/event-settings"
+            )
+    });
     let mut exported = match service {
         Some(service) => otlp::Span::start(
             service,

@@ -322,13 +322,17 @@ impl Handler {
             span_id = %trace.span_id_hex(),
             parent_span_id = %parent
         );
-        let mut exported = otlp::Span::start(
-            crate::WORKER_SERVICE,
-            format!("{} process", message.topic()),
-            otlp::Kind::Consumer,
-            &trace,
-            parent,
-        );
+        let mut exported = if otlp::enabled() {
+            otlp::Span::start(
+                crate::WORKER_SERVICE,
+                format!("{} process", message.topic()),
+                otlp::Kind::Consumer,
+                &trace,
+                parent,
+            )
+        } else {
+            otlp::Span::none()
+        };
         if exported.is_recording() {
             exported.set_attribute(otlp::Attribute::new("messaging.system", "kafka"));
             exported.set_attribute(otlp::Attribute::new(
