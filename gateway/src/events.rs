@@ -143,7 +143,8 @@ async fn jwks(State(state): State<AppState>) -> Response {
 const READINESS_REUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Ready when Redis answers (checked at most once per 500 ms; callers in
-/// between get the last answer).
+/// between get the last answer) and, with an identity JWKS configured, once
+/// it has been read.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -154,6 +155,10 @@ const READINESS_REUSE: std::time::Duration = std::time::Duration::from_millis(50
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Response {
+    if state.config.identity_jwks.is_some() && state.identity.get().is_none() {
+        return Problem::unavailable("not-ready", "the identity JWKS has not been read yet", 1)
+            .into_response();
+    }
     // One check at a time; whoever waited for it takes its answer.
     let mut last = state.readiness.lock().await;
     let ready = match *last {

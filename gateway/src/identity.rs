@@ -17,7 +17,9 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
+use jsonwebtoken::jwk::{
+    AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm, PublicKeyUse,
+};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -42,11 +44,31 @@ struct IdentityClaims {
     sub: String,
 }
 
-/// The smallest RSA modulus taken, in bytes (2048 bits, as NIST SP 800-131A asks).
-const MIN_RSA_MODULUS_BYTES: usize = 256;
+/// The smallest RSA modulus taken, in bits (as NIST SP 800-131A asks).
+const MIN_RSA_BITS: usize = 2048;
 
-/// The algorithm a key is for, if it is one we accept.
+/// The algorithm a key is for, if it is one we accept: a signing key (not
+/// one marked for encryption) whose `alg`, if it names one, agrees.
 fn algorithm_of(jwk: &Jwk) -> Option<Algorithm> {
+    if jwk.common.public_key_use == Some(PublicKeyUse::Encryption) {
+        return None;
+    }
+    let algorithm = key_algorithm(jwk)?;
+    match jwk.common.key_algorithm {
+        None => Some(algorithm),
+        Some(named) => {
+            let named = match named {
+                KeyAlgorithm::RS256 => Algorithm::RS256,
+                KeyAlgorithm::ES256 => Algorithm::ES256,
+                KeyAlgorithm::EdDSA => Algorithm::EdDSA,
+                _ => return None,
+            };
+            (named == algorithm).then_some(algorithm)
+        }
+    }
+}
+
+fn key_algorithm(jwk: &Jwk) -> Option<Algorithm> {
     match &jwk.algorithm {
         AlgorithmParameters::RSA(p) => {
             use base64::Engine as _;
@@ -54,7 +76,11 @@ fn algorithm_of(jwk: &Jwk) -> Option<Algorithm> {
                 .decode(p.n.trim_end_matches('='))
                 .ok()?;
             let significant = modulus.iter().skip_while(|b| **b == 0).count();
-            (significant >= MIN_RSA_MODULUS_BYTES).then_some(Algorithm::RS256)
+            let bits = match modulus.iter().find(|b| **b != 0) {
+                Some(first) => (significant - 1) * 8 + (8 - first.leading_zeros() as usize),
+                None => 0,
+            };
+            (bits >= MIN_RSA_BITS).then_some(Algorithm::RS256)
         }
         AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
             Some(Algorithm::ES256)
@@ -113,7 +139,7 @@ impl IdentityProvider {
                 .text()
                 .await?
         } else {
-            std::fs::read_to_string(source)?
+            tokio::fs::read_to_string(source).await?
         };
         Self::from_jwks(&jwks, issuer, audience)
     }
@@ -122,22 +148,25 @@ impl IdentityProvider {
     /// id, else `acct-` and a digest of it.
     pub fn verify(&self, token: &str) -> Result<String, IdentityError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| IdentityError::Refused)?;
-        let (_, algorithm, key) = self
-            .keys
-            .iter()
-            .find(|(kid, algorithm, _)| {
-                *algorithm == header.alg
-                    && (header.kid.is_none() || kid.as_deref() == header.kid.as_deref())
-            })
-            .ok_or(IdentityError::Refused)?;
-        let mut validation = Validation::new(*algorithm);
+        let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "sub", "iss", "aud"]);
         validation.leeway = 5;
         validation.validate_nbf = true;
-        let claims = jsonwebtoken::decode::<IdentityClaims>(token, key, &validation)
-            .map_err(|_| IdentityError::Refused)?
+        // The key its `kid` names; without a `kid` (during a rotation there
+        // are two keys of its algorithm), whichever verifies it.
+        let claims = self
+            .keys
+            .iter()
+            .filter(|(kid, algorithm, _)| {
+                *algorithm == header.alg
+                    && (header.kid.is_none() || kid.as_deref() == header.kid.as_deref())
+            })
+            .find_map(|(_, _, key)| {
+                jsonwebtoken::decode::<IdentityClaims>(token, key, &validation).ok()
+            })
+            .ok_or(IdentityError::Refused)?
             .claims;
         if claims.sub.is_empty() {
             return Err(IdentityError::Refused);
@@ -171,9 +200,10 @@ impl IdentityKeys {
     }
 }
 
-/// Reads the JWKS at `source` again and again: every `every` once it has
-/// keys, and sooner (1 s, doubling) while it has none. A failed read keeps
-/// the keys in hand. Runs until dropped.
+/// Reads the JWKS at `source` again and again: every `every` (± 10 %, so
+/// replicas spread out) once it has keys, and sooner (1 s, doubling up to
+/// `every`) while it has none. A failed read keeps the keys in hand. Runs
+/// until dropped.
 pub async fn keep_fresh(
     keys: Arc<IdentityKeys>,
     source: String,
@@ -181,12 +211,13 @@ pub async fn keep_fresh(
     audience: String,
     every: Duration,
 ) {
-    let mut retry = Duration::from_secs(1);
+    let first_retry = Duration::from_secs(1).min(every);
+    let mut retry = first_retry;
     loop {
         let wait = match IdentityProvider::load(&source, &issuer, &audience).await {
             Ok(provider) => {
                 keys.set(provider);
-                retry = Duration::from_secs(1);
+                retry = first_retry;
                 every
             }
             Err(error) => {
@@ -195,12 +226,13 @@ pub async fn keep_fresh(
                 if have_keys {
                     every
                 } else {
+                    let wait = retry;
                     retry = (retry * 2).min(every);
-                    retry / 2
+                    wait
                 }
             }
         };
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep(wait.mul_f64(rand::random::<f64>() * 0.2 + 0.9)).await;
     }
 }
 
@@ -217,12 +249,70 @@ mod tests {
     use super::*;
     use base64::Engine as _;
 
-    fn rsa_jwks(modulus_bytes: usize) -> String {
+    fn rsa_key(modulus_bytes: usize, first: u8) -> serde_json::Value {
         let mut n = vec![0xc5_u8; modulus_bytes];
+        n[0] = first;
         n[modulus_bytes - 1] = 0x01;
         let n = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(n);
-        serde_json::json!({ "keys": [{ "kty": "RSA", "kid": "r", "n": n, "e": "AQAB" }] })
-            .to_string()
+        serde_json::json!({ "kty": "RSA", "kid": "r", "n": n, "e": "AQAB" })
+    }
+
+    fn rsa_jwks(modulus_bytes: usize) -> String {
+        serde_json::json!({ "keys": [rsa_key(modulus_bytes, 0xc5)] }).to_string()
+    }
+
+    fn provider(keys: &[serde_json::Value]) -> anyhow::Result<IdentityProvider> {
+        IdentityProvider::from_jwks(
+            &serde_json::json!({ "keys": keys }).to_string(),
+            "https://login",
+            "boxoffice",
+        )
+    }
+
+    #[test]
+    fn a_modulus_is_measured_in_bits_not_bytes() {
+        // 256 bytes whose first is 0x01: 2041 bits.
+        assert!(provider(&[rsa_key(256, 0x01)]).is_err());
+        assert!(provider(&[rsa_key(256, 0x80)]).is_ok());
+        // A leading zero byte does not count.
+        let mut padded = vec![0_u8];
+        padded.extend(vec![0xc5_u8; 256]);
+        let n = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(padded);
+        assert!(provider(&[serde_json::json!({ "kty": "RSA", "n": n, "e": "AQAB" })]).is_ok());
+    }
+
+    #[test]
+    fn keys_for_encryption_or_another_algorithm_are_not_taken() {
+        let mut enc = rsa_key(256, 0xc5);
+        enc["use"] = "enc".into();
+        assert!(provider(&[enc]).is_err(), "an encryption key was taken");
+        let mut other = rsa_key(256, 0xc5);
+        other["alg"] = "RS512".into();
+        assert!(
+            provider(&[other]).is_err(),
+            "an RS512 key was taken as RS256"
+        );
+        let mut named = rsa_key(256, 0xc5);
+        named["alg"] = "RS256".into();
+        named["use"] = "sig".into();
+        assert!(provider(&[named]).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_jwks_url_is_fetched_over_tls() {
+        // Nothing listens there: the error must come from connecting, not
+        // from a client built without TLS ("URL scheme is not allowed").
+        let error = IdentityProvider::load(
+            "https://127.0.0.1:9/jwks.json",
+            "https://login",
+            "boxoffice",
+        )
+        .await
+        .err()
+        .expect("nothing listens on port 9");
+        let text = format!("{error:#}").to_lowercase();
+        assert!(!text.contains("scheme"), "{text}");
+        assert!(text.contains("connect"), "{text}");
     }
 
     #[test]

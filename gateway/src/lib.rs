@@ -103,6 +103,10 @@ impl AppState {
                 || !(config.identity_issuer.is_empty() || config.identity_audience.is_empty()),
             "BOXOFFICE_IDENTITY_JWKS needs BOXOFFICE_IDENTITY_ISSUER and BOXOFFICE_IDENTITY_AUDIENCE"
         );
+        anyhow::ensure!(
+            !config.identity_jwks.as_deref().is_some_and(|s| identity::is_url(s) && !s.starts_with("https://")),
+            "BOXOFFICE_IDENTITY_JWKS must be a file or an https:// URL (a JWKS fetched in clear could be swapped)"
+        );
         if let Some(source) = config
             .identity_jwks
             .as_deref()
