@@ -208,6 +208,15 @@ async fn buy(
         }
     }
     let order_id: Uuid = order.parse().map_err(|_| Problem::internal())?;
+    // The limit the spend was checked against, for PostgreSQL to hold to
+    // even if it keeps no settings of the event (the cache: no extra trip).
+    let per_fan_limit = state
+        .events
+        .get(&state.redis, &keys, &event_id)
+        .await
+        .ok()
+        .flatten()
+        .map(|event| event.config.per_fan_limit);
     let request_id = headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
@@ -224,6 +233,7 @@ async fn buy(
         .json(&serde_json::json!({
             "order_id": order_id, "event_id": event_id, "fan_id": claims.sub, "quantity": request.quantity,
             "admission_id": claims.jti, "idempotency_key": idempotency_key,
+            "per_fan_limit": per_fan_limit,
         }));
     let response = state.upstream.send(call).await.map_err(|mut problem| {
         // The token is spent in Redis, but the order may not exist: the

@@ -565,36 +565,48 @@ async fn admitted(stack: &Stack, event_id: &str, fan_id: &str) -> String {
 
 /// The per-fan limit is a limit on seats per fan per event across all
 /// orders: a fan that bought its limit, joined again and was admitted again
-/// cannot buy more (PostgreSQL counts, not the admission).
+/// cannot buy more (PostgreSQL counts, not the admission); also when
+/// PostgreSQL has lost, or never got, its copy of the event's settings (the
+/// gateway hands on the limit it checked).
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
 async fn a_fan_cannot_buy_past_its_limit_by_joining_again(
     options: PgPoolOptions,
     connect: PgConnectOptions,
 ) {
     let stack = Stack::start_with(options, connect, false).await;
-    stack.create_event("greedy", 10, 50.0, 2).await;
-    let first = admitted(&stack, "greedy", "fan-1").await;
-    let (status, body) = stack.buy("greedy", &first, 2, None).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    for (event, settings_lost) in [("greedy", false), ("greedy-lost", true)] {
+        stack.create_event(event, 10, 50.0, 2).await;
+        if settings_lost {
+            sqlx::query("UPDATE events SET settings = NULL WHERE event_id = $1")
+                .bind(event)
+                .execute(&stack.pool)
+                .await
+                .unwrap();
+        }
+        let first = admitted(&stack, event, "fan-1").await;
+        let (status, body) = stack.buy(event, &first, 2, None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{event}: {body}");
 
-    let second = admitted(&stack, "greedy", "fan-1").await;
-    assert_ne!(first, second, "a second admission");
-    let (status, problem) = stack.buy("greedy", &second, 1, None).await;
-    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
-    assert_eq!(
-        problem["type"]
-            .as_str()
-            .map(|t| t.ends_with("/fan-limit-reached")),
-        Some(true),
-        "{problem}"
-    );
-    let seats: i64 = sqlx::query_scalar(
-        "SELECT coalesce(sum(quantity), 0) FROM orders WHERE event_id = 'greedy' AND fan_id = 'fan-1'",
-    )
-    .fetch_one(&stack.pool)
-    .await
-    .unwrap();
-    assert_eq!(seats, 2, "the fan holds its limit, no more");
+        let second = admitted(&stack, event, "fan-1").await;
+        assert_ne!(first, second, "a second admission");
+        let (status, problem) = stack.buy(event, &second, 1, None).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{event}: {problem}");
+        assert_eq!(
+            problem["type"]
+                .as_str()
+                .map(|t| t.ends_with("/fan-limit-reached")),
+            Some(true),
+            "{event}: {problem}"
+        );
+        let seats: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(quantity), 0) FROM orders WHERE event_id = $1 AND fan_id = 'fan-1'",
+        )
+        .bind(event)
+        .fetch_one(&stack.pool)
+        .await
+        .unwrap();
+        assert_eq!(seats, 2, "{event}: the fan holds its limit, no more");
+    }
     stack.stop().await;
 }
 
@@ -965,8 +977,9 @@ async fn the_gateway_follows_the_sites_login_key_rotation(
     let (status, joined) = join(token(&old_pem, &old, "user-2")).await;
     assert_eq!(status, StatusCode::CREATED, "{joined}");
 
-    // The site publishes the new key and withdraws the old one.
-    std::fs::write(&jwks_file, new.to_string()).unwrap();
+    // The site publishes the new key beside the old one...
+    let both = json!({ "keys": [old["keys"][0].clone(), new["keys"][0].clone()] });
+    std::fs::write(&jwks_file, both.to_string()).unwrap();
     let started = Instant::now();
     loop {
         let (status, joined) = join(token(&new_pem, &new, "user-1")).await;
@@ -979,13 +992,84 @@ async fn the_gateway_follows_the_sites_login_key_rotation(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (status, problem) = join(token(&old_pem, &old, "user-3")).await;
+    // ...where a token without a `kid` is checked against both.
+    let (status, joined) = join(token(&new_pem, &json!({}), "user-4")).await;
+    assert_eq!(status, StatusCode::CREATED, "a kid-less token of the new key: {joined}");
+
+    // Then withdraws the old one.
+    std::fs::write(&jwks_file, new.to_string()).unwrap();
+    let started = Instant::now();
+    loop {
+        let (status, problem) = join(token(&old_pem, &old, "user-3")).await;
+        if status == StatusCode::UNAUTHORIZED {
+            assert_eq!(slug(&problem), "invalid-identity", "a withdrawn key");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the old key still let user-3 in after 15 s: {status} {problem}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = std::fs::remove_file(jwks_file);
+    stack.stop().await;
+}
+
+/// A login JWKS URL that cannot be fetched does not stop the gateway (other
+/// events sell), but the gateway is not ready and `account` joins are told
+/// to come back; a JWKS URL in clear is refused at start.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_unreachable_login_jwks_keeps_the_gateway_unready_not_down(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let mut clear = gateway::Config::defaults();
+    clear.identity_jwks = Some("http://login.example.com/jwks.json".into());
+    clear.identity_issuer = "https://login.example.com".into();
+    clear.identity_audience = "boxoffice".into();
+    let redis = boxoffice_contract::redis_link::connect(&common::redis_url())
+        .await
+        .unwrap();
+    let keys = boxoffice_contract::token::KeySet::from_pems(
+        "boxoffice",
+        &boxoffice_contract::token::generate_ed25519_pem(),
+        &[],
+        common::QUEUE_SECRET,
+    )
+    .unwrap();
+    let refused = gateway::AppState::new(redis, keys, clear)
+        .err()
+        .expect("http:// refused");
+    assert!(refused.to_string().contains("https://"), "{refused}");
+
+    let stack = Stack::start_with_gateway(options, connect, |c| {
+        c.identity_jwks = Some("https://127.0.0.1:9/jwks.json".into());
+        c.identity_issuer = "https://login.example.com".into();
+        c.identity_audience = "boxoffice".into();
+    })
+    .await;
+    let ready = stack
+        .http
+        .get(format!("{}/readyz", stack.gateway))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    stack
+        .create_event_with(
+            "acct",
+            json!({ "identity": "account", "admission_rate_per_s": 0.001 }),
+        )
+        .await;
+    let (status, problem) =
+        join_with(&stack, "acct", json!({ "identity_token": "a.b.c" }), None).await;
     assert_eq!(
         (status, slug(&problem)),
-        (StatusCode::UNAUTHORIZED, "invalid-identity"),
-        "a withdrawn key"
+        (StatusCode::SERVICE_UNAVAILABLE, "identity-unavailable")
     );
-    let _ = std::fs::remove_file(jwks_file);
+    stack.create_event("plain", 10, 50.0, 2).await;
+    let (status, joined) = stack.join("plain", "fan-1").await;
+    assert_eq!(status, StatusCode::CREATED, "other events sell: {joined}");
     stack.stop().await;
 }
 

@@ -222,6 +222,11 @@ pub struct PlaceOrder {
     /// The purchase's Idempotency-Key (the fan's, or one per admission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// The event's per-fan seat limit as the caller read it (the gateway,
+    /// from Redis): the limit PostgreSQL enforces when it keeps no settings
+    /// of the event, so a lost or never-written settings copy does not lift it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_fan_limit: Option<u32>,
 }
 
 /// An order as the gateway shows it to its fan.
@@ -295,6 +300,7 @@ async fn place_order(
         req.admission_id.as_deref().map(|id| store::Admission {
             id,
             idempotency_key: req.idempotency_key.as_deref().unwrap_or(""),
+            per_fan_limit: req.per_fan_limit,
         }),
     )
     .await?;

@@ -189,6 +189,9 @@ pub enum Placed {
 pub struct Admission<'a> {
     pub id: &'a str,
     pub idempotency_key: &'a str,
+    /// The event's per-fan limit the edge checked this admission against:
+    /// enforced here when PostgreSQL keeps no settings of the event.
+    pub per_fan_limit: Option<u32>,
 }
 
 struct Found {
@@ -253,7 +256,10 @@ pub async fn place_order(
     .fetch_optional(&mut *tx)
     .await?
     .ok_or(StoreError::UnknownEvent)?;
-    let (price, limit) = (event.price_cents, event.per_fan_limit);
+    let price = event.price_cents;
+    let limit = event
+        .per_fan_limit
+        .or_else(|| admission.and_then(|a| a.per_fan_limit).map(i64::from));
     // The per-fan limit spans every order of the fan at this event, however
     // many times it was admitted; one fan's purchases take turns here.
     if let Some(limit) = limit.filter(|l| *l > 0) {
