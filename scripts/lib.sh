@@ -74,7 +74,7 @@ sqlx_offline_data() {
   ensure_sqlx_cli
   local base=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
   local url=${base%/*}/boxoffice_sqlx_check out status=0
-  DATABASE_URL=$url sqlx database drop -y >/dev/null
+  DATABASE_URL=$url sqlx database drop -y -f >/dev/null
   DATABASE_URL=$url sqlx database create
   DATABASE_URL=$url sqlx migrate run --source order-service/migrations >/dev/null
   out=$(env -u SQLX_OFFLINE DATABASE_URL="$url" cargo sqlx prepare --workspace "$@" -- --locked) || status=$?
@@ -91,6 +91,13 @@ ensure_chromium() {
   command -v chromedriver >/dev/null && [ -x /usr/bin/chromium ] && return
   say "installing Chromium and chromedriver (Debian packages) for the browser tests"
   apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+}
+
+# rustfmt and clippy, which a minimal Rust install lacks.
+ensure_rust_components() {
+  cargo fmt --version >/dev/null 2>&1 && cargo clippy --version >/dev/null 2>&1 && return
+  say "installing the rustfmt and clippy components (rustup)"
+  rustup component add rustfmt clippy
 }
 
 # pyflakes checks the Python scripts (the chaos judge) in CI.

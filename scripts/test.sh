@@ -19,13 +19,14 @@ export DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 if [ $# -eq 0 ]; then
   say "checking formatting and lints (cargo fmt, clippy -D warnings, pyflakes)"
+  ensure_rust_components
   cargo fmt --all --check
   cargo clippy --workspace --all-targets --locked -- -D warnings
   ensure_pyflakes
   pyflakes3 scripts/*.py
+  say "checking that the SQL's offline data in .sqlx/ is current"
+  sqlx_offline_data --check
 fi
-say "checking that the SQL's offline data in .sqlx/ is current"
-sqlx_offline_data --check
 say "running the tests"
 cargo test --workspace --locked "$@"
 if [ $# -eq 0 ]; then
