@@ -994,7 +994,11 @@ async fn the_gateway_follows_the_sites_login_key_rotation(
     }
     // ...where a token without a `kid` is checked against both.
     let (status, joined) = join(token(&new_pem, &json!({}), "user-4")).await;
-    assert_eq!(status, StatusCode::CREATED, "a kid-less token of the new key: {joined}");
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "a kid-less token of the new key: {joined}"
+    );
 
     // Then withdraws the old one.
     std::fs::write(&jwks_file, new.to_string()).unwrap();
