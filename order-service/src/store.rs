@@ -31,6 +31,23 @@ pub struct Order {
     pub first_seat: Option<i32>,
 }
 
+/// The [`Order`] in a `query!` record that selects its columns (each query
+/// has a record type of its own, so a function could not take them all).
+macro_rules! order_of {
+    ($r:ident) => {
+        Order {
+            order_id: $r.order_id,
+            event_id: $r.event_id,
+            fan_id: $r.fan_id,
+            quantity: $r.quantity,
+            amount_cents: $r.amount_cents,
+            status: $r.status,
+            failure_reason: $r.failure_reason,
+            first_seat: $r.first_seat,
+        }
+    };
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("unknown event")]
@@ -153,19 +170,7 @@ pub async fn order(pool: &PgPool, order_id: Uuid) -> Result<Option<(Order, i64)>
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|r| {
-        let order = Order {
-            order_id: r.order_id,
-            event_id: r.event_id,
-            fan_id: r.fan_id,
-            quantity: r.quantity,
-            amount_cents: r.amount_cents,
-            status: r.status,
-            failure_reason: r.failure_reason,
-            first_seat: r.first_seat,
-        };
-        (order, r.tickets)
-    }))
+    Ok(row.map(|r| (order_of!(r), r.tickets)))
 }
 
 /// The outcome of placing an order.
@@ -215,16 +220,7 @@ async fn existing(
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|r| Found {
-        order: Order {
-            order_id: r.order_id,
-            event_id: r.event_id,
-            fan_id: r.fan_id,
-            quantity: r.quantity,
-            amount_cents: r.amount_cents,
-            status: r.status,
-            failure_reason: r.failure_reason,
-            first_seat: r.first_seat,
-        },
+        order: order_of!(r),
         idempotency_key: r.idempotency_key,
     }))
 }
@@ -371,16 +367,7 @@ pub async fn claim_due(
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|r| Claimed {
-        order: Order {
-            order_id: r.order_id,
-            event_id: r.event_id,
-            fan_id: r.fan_id,
-            quantity: r.quantity,
-            amount_cents: r.amount_cents,
-            status: r.status,
-            failure_reason: r.failure_reason,
-            first_seat: r.first_seat,
-        },
+        order: order_of!(r),
         hold_expired: r.hold_expired,
         attempts: r.attempts,
         traceparent: r.traceparent,
