@@ -130,32 +130,10 @@ async fn one_purchase_is_one_exported_trace_across_the_services(
     }
     let stack = Stack::start(pool_options, connect).await;
     let event = format!("o{}", &stack.prefix[1..12]);
-    stack.create_event(&event, 10, 100.0, 4).await;
-    let (status, joined) = stack.join(&event, "fan-1").await;
-    assert_eq!(status, StatusCode::CREATED, "{joined}");
-    let access = stack
-        .wait_admitted(&event, joined["queue_ticket"].as_str().unwrap())
-        .await;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
-    let response = stack
-        .http
-        .post(format!("{}/v1/events/{event}/orders", stack.gateway))
-        .bearer_auth(&access)
-        .header("traceparent", format!("00-{trace_id}-{caller_span}-01"))
-        .json(&serde_json::json!({ "quantity": 2 }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
-    let answered = response.headers()["traceparent"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let body: serde_json::Value = response.json().await.unwrap();
-    let order_id = body["order_id"].as_str().unwrap().to_owned();
-    stack
-        .wait_ticketed(&order_id, body["order_token"].as_str().unwrap())
+    let (order_id, answered) = stack
+        .purchase(&event, &format!("00-{trace_id}-{caller_span}-01"))
         .await;
 
     for probe in ["/healthz", "/readyz"] {

@@ -59,36 +59,6 @@ fn logs() -> Logs {
     .clone()
 }
 
-/// A purchase that ends with its tickets issued; returns the order id.
-async fn purchase(stack: &Stack, event_id: &str, traceparent: &str) -> (String, String) {
-    stack.create_event(event_id, 10, 100.0, 4).await;
-    let (status, joined) = stack.join(event_id, "fan-1").await;
-    assert_eq!(status, StatusCode::CREATED, "{joined}");
-    let access = stack
-        .wait_admitted(event_id, joined["queue_ticket"].as_str().unwrap())
-        .await;
-    let response = stack
-        .http
-        .post(format!("{}/v1/events/{event_id}/orders", stack.gateway))
-        .bearer_auth(&access)
-        .header("idempotency-key", "k-1")
-        .header("traceparent", traceparent)
-        .json(&serde_json::json!({ "quantity": 2 }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
-    let answered = response.headers()["traceparent"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let body: Value = response.json().await.unwrap();
-    let order_id = body["order_id"].as_str().unwrap().to_owned();
-    let token = body["order_token"].as_str().unwrap();
-    stack.wait_ticketed(&order_id, token).await;
-    (order_id, answered)
-}
-
 fn monitoring_files() -> Vec<(&'static str, String)> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../k8s/monitoring/");
     ["prometheus-rules.yaml", "grafana-dashboard.json"]
@@ -228,12 +198,12 @@ async fn after_a_purchase_every_named_metric_is_exported_with_a_plausible_value(
     logs();
     let stack = Stack::start(pool_options, connect).await;
     let event = format!("m{}", &stack.prefix[1..12]);
-    purchase(
-        &stack,
-        &event,
-        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-    )
-    .await;
+    stack
+        .purchase(
+            &event,
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        )
+        .await;
     // The admitter exports per tick; the lag reporter every 5 s.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let all = loop {
@@ -392,12 +362,9 @@ async fn one_purchase_is_one_trace_from_the_gateway_to_the_ticket_worker(
     let stack = Stack::start(pool_options, connect).await;
     let event = format!("t{}", &stack.prefix[1..12]);
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let (order_id, answered) = purchase(
-        &stack,
-        &event,
-        &format!("00-{trace_id}-00f067aa0ba902b7-01"),
-    )
-    .await;
+    let (order_id, answered) = stack
+        .purchase(&event, &format!("00-{trace_id}-00f067aa0ba902b7-01"))
+        .await;
     assert!(
         answered.starts_with(&format!("00-{trace_id}-")),
         "{answered}"

@@ -299,6 +299,37 @@ impl Stack {
         response.json().await.unwrap()
     }
 
+    /// A purchase from a new open event to its issued tickets, sent with
+    /// `traceparent`: the order id and the `traceparent` the fan was answered.
+    pub async fn purchase(&self, event_id: &str, traceparent: &str) -> (String, String) {
+        self.create_event(event_id, 10, 100.0, 4).await;
+        let (status, joined) = self.join(event_id, "fan-1").await;
+        assert_eq!(status, StatusCode::CREATED, "{joined}");
+        let access = self
+            .wait_admitted(event_id, joined["queue_ticket"].as_str().unwrap())
+            .await;
+        let response = self
+            .http
+            .post(format!("{}/v1/events/{event_id}/orders", self.gateway))
+            .bearer_auth(&access)
+            .header("idempotency-key", "k-1")
+            .header("traceparent", traceparent)
+            .json(&json!({ "quantity": 2 }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let answered = response.headers()["traceparent"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let body: Value = response.json().await.unwrap();
+        let order_id = body["order_id"].as_str().unwrap().to_owned();
+        self.wait_ticketed(&order_id, body["order_token"].as_str().unwrap())
+            .await;
+        (order_id, answered)
+    }
+
     /// GET `url` (no token) and its JSON body, whatever the status.
     pub async fn get_json(&self, url: String) -> Value {
         self.http
