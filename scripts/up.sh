@@ -85,7 +85,7 @@ BoxOffice is up.
   Metrics:               http://127.0.0.1:{8080,8081,8082,8083}/metrics
   Payment provider:      http://127.0.0.1:8084/v1/knobs  (fake; PUT knobs with Authorization: Bearer \$(cat $RUN/keys/payment.key))
   Logs:                  $RUN/logs/
-Try: curl -s -X POST http://127.0.0.1:8080/v1/events/demo/queue -H 'Content-Type: application/json' -d '{"fan_id":"me"}'
+Try: curl -s -X POST http://127.0.0.1:8080/v1/events/demo/queue -H 'Content-Type: application/json' -d '{}'
 Ctrl-C stops everything.
 MSG
 wait -n "${PIDS[@]}" || true

@@ -82,11 +82,13 @@ pub struct EventConfig {
 #[serde(rename_all = "snake_case")]
 pub enum Identity {
     /// The fan id the client sends (load tests, trusted kiosks): anyone who
-    /// knows a fan's id can act as that fan.
-    #[default]
+    /// knows a fan's id can act as that fan, so an event is this only when
+    /// its settings say so.
     Declared,
-    /// The gateway makes the fan's id on the first join and puts it only in
-    /// the signed queue ticket; a repeat join keeps its place only with it.
+    /// The default: the gateway makes the fan's id on the first join and
+    /// puts it only in the signed queue ticket; a repeat join keeps its
+    /// place only with it.
+    #[default]
     Anonymous,
     /// The join carries an identity token from the ticketing site's login
     /// (a JWT checked against the configured JWKS); its `sub` is the fan.
@@ -104,8 +106,10 @@ impl Identity {
 
     pub fn parse(value: &str) -> Option<Self> {
         match value {
-            "" | "declared" => Some(Self::Declared),
-            "anonymous" => Some(Self::Anonymous),
+            "declared" => Some(Self::Declared),
+            // A hash without the field gets the default, never the mode in
+            // which a client's word is its identity.
+            "" | "anonymous" => Some(Self::Anonymous),
             "account" => Some(Self::Account),
             _ => None,
         }
@@ -204,7 +208,7 @@ impl EventConfig {
             shuffle_seed: new_seed(),
             adaptive: None,
             pow_bits: 0,
-            identity: Identity::Declared,
+            identity: Identity::default(),
         }
     }
 
@@ -325,6 +329,32 @@ mod tests {
             .collect();
         assert_eq!(EventConfig::from_fields(&fields), Some(config()));
         assert_eq!(EventConfig::from_fields(&HashMap::new()), None);
+    }
+
+    /// An event whose settings do not say how fans are named (a body without
+    /// `identity`, a hash without the field) names them itself: a client's
+    /// word is an identity only where the organiser chose it.
+    #[test]
+    fn an_event_is_anonymous_unless_its_settings_say_otherwise() {
+        assert_eq!(Identity::default(), Identity::Anonymous);
+        assert_eq!(EventConfig::open("x", 1, 1.0).identity, Identity::Anonymous);
+        let mut fields: HashMap<String, String> = config()
+            .to_fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        fields.insert("identity".into(), "declared".into());
+        assert_eq!(
+            EventConfig::from_fields(&fields).map(|c| c.identity),
+            Some(Identity::Declared)
+        );
+        fields.remove("identity");
+        assert_eq!(
+            EventConfig::from_fields(&fields).map(|c| c.identity),
+            Some(Identity::Anonymous)
+        );
+        fields.insert("identity".into(), "someone".into());
+        assert_eq!(EventConfig::from_fields(&fields), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::routing::get;
 use axum::Router;
-use boxoffice_contract::event::{now_ms, EventConfig};
+use boxoffice_contract::event::{now_ms, EventConfig, Identity};
 use boxoffice_contract::keys::{events_key, EventKeys};
 use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
 use redis::aio::ConnectionManager;
@@ -95,6 +95,8 @@ fn config(max_queue: u64) -> EventConfig {
         c.opens_at_ms = now_ms() - 1_000;
         c.max_queue = max_queue;
         c.shuffle_seed = "bench".into();
+        // wrk names each fan in the body, as a load test does.
+        c.identity = Identity::Declared;
         c
     }
 }

@@ -260,6 +260,7 @@ async fn the_fan_page_counts_down_to_the_opening_and_says_sold_out(
         .bearer_auth(ADMIN_TOKEN)
         .json(&json!({
             "name": "Later", "capacity": 10, "opens_at": opens_at, "admission_rate_per_s": 10.0,
+            "identity": "declared",
         }))
         .send()
         .await

@@ -638,7 +638,7 @@ async fn an_opened_event_cannot_be_rescheduled_to_reuse_its_public_seed(
             .put(format!("{}/admin/v1/events/again", stack.admission))
             .bearer_auth(ADMIN_TOKEN)
             .json(&json!({
-                "name": "Again", "capacity": 10, "opens_at": later,
+                "name": "Again", "capacity": 10, "opens_at": later, "identity": "declared",
                 "prequeue_at": later - chrono::Duration::minutes(30),
                 "admission_rate_per_s": 50.0, "per_fan_limit": 2,
             })),
@@ -690,7 +690,7 @@ async fn an_admin_write_after_redis_lost_the_event_keeps_its_published_seed(
                 .put(format!("{}/admin/v1/events/lost", stack.admission))
                 .bearer_auth(ADMIN_TOKEN)
                 .json(&json!({
-                    "name": "Lost", "capacity": 10, "opens_at": opens_at,
+                    "name": "Lost", "capacity": 10, "opens_at": opens_at, "identity": "declared",
                     "prequeue_at": opens_at - chrono::Duration::minutes(30),
                     "admission_rate_per_s": 50.0, "per_fan_limit": 2,
                 })),
@@ -767,26 +767,39 @@ async fn an_events_identity_cannot_change_once_fans_are_in_line(
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(stack.public_event("soon").await["identity"], "account");
 
-    // Open, with a fan in line: fixed.
-    let (status, body) = put("anon", json!({ "identity": "anonymous" })).await;
+    // Left out, an event names its fans itself: a client's word is no
+    // identity unless the organiser says so.
+    let (status, body) = put("plain", json!({})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, body) = join_with(&stack, "anon", json!({}), None).await;
+    assert_eq!(stack.public_event("plain").await["identity"], "anonymous");
+    let (status, problem) = join_with(&stack, "plain", json!({ "fan_id": "victim" }), None).await;
+    assert_eq!(
+        (status, slug(&problem)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "fan-id-not-accepted"),
+        "{problem}"
+    );
+
+    // Open, with a fan in line: fixed. A PUT that leaves `identity` out
+    // would make a declared sale anonymous, so it is refused too.
+    let (status, body) = put("named", json!({ "identity": "declared" })).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, problem) = put("anon", json!({ "name": "Anon, renamed" })).await;
+    let (status, body) = join_with(&stack, "named", json!({ "fan_id": "ann" }), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, problem) = put("named", json!({ "name": "Named, renamed" })).await;
     assert_eq!(
         (status, slug(&problem)),
         (StatusCode::CONFLICT, "identity-fixed"),
         "{problem}"
     );
     assert!(
-        problem["detail"].as_str().unwrap().contains("anonymous"),
+        problem["detail"].as_str().unwrap().contains("declared"),
         "{problem}"
     );
-    assert_eq!(stack.public_event("anon").await["identity"], "anonymous");
+    assert_eq!(stack.public_event("named").await["identity"], "declared");
     // Restating it is a replacement like any other.
     let (status, body) = put(
-        "anon",
-        json!({ "name": "Anon, renamed", "identity": "anonymous" }),
+        "named",
+        json!({ "name": "Named, renamed", "identity": "declared" }),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use admission::admitter::{Admitter, Tick};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use boxoffice_contract::event::{now_ms, prequeue_score, seed_commitment, EventConfig};
+use boxoffice_contract::event::{now_ms, prequeue_score, seed_commitment, EventConfig, Identity};
 use boxoffice_contract::keys::{events_key, EventKeys};
 use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
 use redis::aio::ConnectionManager;
@@ -32,6 +32,7 @@ fn config(rate: f64) -> EventConfig {
         c.opens_at_ms = now - 1_000;
         c.access_ttl_s = 600;
         c.max_queue = 100_000;
+        c.identity = Identity::Declared;
         c
     }
 }

@@ -100,6 +100,9 @@ impl Admin {
             "per_fan_limit": plan.per_fan_limit,
             "max_queue": 1_000_000,
             "price_cents": 4_500,
+            // The virtual fans name themselves (`fan_id`), which only a
+            // `declared` event reads; a sale's default is `anonymous`.
+            "identity": "declared",
         });
         if plan.pow_bits > 0 {
             body["pow_bits"] = json!(plan.pow_bits);

@@ -66,9 +66,10 @@ pub struct EventSpec {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 24)]
     pub pow_bits: u8,
-    /// Optional: who a fan is. `declared` (default: the id the client
-    /// sends), `anonymous` (the gateway names each fan in its signed queue
-    /// ticket) or `account` (an identity token from the site's login).
+    /// Optional: who a fan is. `anonymous` (the default: the gateway names
+    /// each fan in its signed queue ticket), `account` (an identity token
+    /// from the site's login) or `declared` (the id the client sends: load
+    /// tests, trusted kiosks).
     #[serde(default)]
     pub identity: Identity,
 }
@@ -251,7 +252,7 @@ pub(super) async fn put_event(
     // Fans in line hold places under the event's way of naming them; under
     // another one the same person would be another fan (a second place, a
     // second per-fan limit), and a PUT that leaves `identity` out must not
-    // turn an account sale into a declared one by default.
+    // turn an account or declared sale into an anonymous one by default.
     let identity = identity.as_deref().and_then(Identity::parse);
     if identity.is_some_and(|current| current != config.identity) {
         let in_line: u64 = redis.zcard(keys.queue()).await.map_err(redis_down)?;

@@ -249,6 +249,8 @@ impl Stack {
             "opens_at": chrono::Utc::now() - chrono::Duration::seconds(1),
             "admission_rate_per_s": 50.0, "max_active": 1000, "access_ttl_s": 120,
             "per_fan_limit": 2, "max_queue": 10_000, "price_cents": 4_500,
+            // The tests name their fans; an event names them itself by default.
+            "identity": "declared",
         });
         body.as_object_mut()
             .unwrap()
@@ -281,6 +283,7 @@ impl Stack {
             "name": format!("Test {event_id}"), "capacity": capacity, "opens_at": opens_at,
             "admission_rate_per_s": rate, "max_active": 1000, "access_ttl_s": 120,
             "per_fan_limit": per_fan_limit, "max_queue": 10_000, "price_cents": 4_500,
+            "identity": "declared",
         });
         let response = self
             .http
