@@ -68,7 +68,8 @@ impl Edge {
         let mut redis = redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap())
             .await
             .unwrap();
-        let event = boxoffice_contract::event::EventConfig::open("Edge", 100, 0.001);
+        let mut event = boxoffice_contract::event::EventConfig::open("Edge", 100, 0.001);
+        event.identity = boxoffice_contract::event::Identity::Declared;
         let _: () = redis::AsyncCommands::hset_multiple(
             &mut redis,
             boxoffice_contract::keys::EventKeys::new(&self.prefix, event_id).config(),
