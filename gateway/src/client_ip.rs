@@ -98,9 +98,10 @@ impl ClientIp {
         }
     }
 
-    /// IPv4-mapped addresses (a dual-stack `[::]` listener sees IPv4 peers
-    /// as `::ffff:a.b.c.d`) are checked as the IPv4 addresses they are.
-    fn is_trusted(&self, ip: IpAddr) -> bool {
+    /// Whether `ip` is one of the trusted proxies. IPv4-mapped addresses (a
+    /// dual-stack `[::]` listener sees IPv4 peers as `::ffff:a.b.c.d`) are
+    /// checked as the IPv4 addresses they are.
+    pub fn is_trusted(&self, ip: IpAddr) -> bool {
         let canonical = ip.to_canonical();
         self.trusted
             .iter()

@@ -72,7 +72,8 @@ pub struct Config {
     pub event_cache_ms: u64,
     /// Proxies in front of the gateway (CIDRs, comma-separated): only from
     /// them is `Forwarded`/`X-Forwarded-For` read to find the client's
-    /// address. Empty: the peer is the client.
+    /// address, and only their `traceparent` continued. Empty: the peer is
+    /// the client.
     #[arg(long, env = "BOXOFFICE_TRUSTED_PROXIES", value_delimiter = ',')]
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// The header the trusted proxies write the client's address into; the

@@ -1,8 +1,10 @@
 //! The gateway's protective layers, outermost first:
 //!
 //! 1. request id and trace: every request gets an `x-request-id` (or keeps the
-//!    caller's), echoed in the answer, and a W3C trace context (the caller's
-//!    `traceparent`, or a new trace); both are recorded on the request's log
+//!    caller's), echoed in the answer, and a W3C trace context (a new trace,
+//!    or the `traceparent` of a trusted proxy: a client's own is dropped, so
+//!    it can neither choose trace ids nor turn sampling off for its
+//!    requests); both are recorded on the request's log
 //!    span (`request_id`, `trace_id`) and sent on to the order service. The
 //!    same layer counts `boxoffice_http_requests_total{route,status}` and times
 //!    `boxoffice_http_request_duration_seconds`, so answers of the layers
@@ -27,7 +29,8 @@
 use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::middleware::Next;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{BoxError, Router};
@@ -93,6 +96,10 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(axum::middleware::from_fn_with_state(
+            ClientIp::new(config.trusted_proxies.clone(), config.forwarded_header),
+            foreign_trace,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
             telemetry::Service(crate::SERVICE),
             telemetry::traced,
         ))
@@ -135,6 +142,28 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         }
     });
     Router::new().fallback_service(steer)
+}
+
+/// A trace is continued only from a trusted proxy (one that traces, in
+/// front of the gateway). Anyone else's `traceparent` and `tracestate` are
+/// dropped before the trace layer: a client that chose its own trace id
+/// could pile its requests onto another's trace, and its sampled flag would
+/// turn tracing off for them.
+async fn foreign_trace(
+    State(clients): State<ClientIp>,
+    mut request: axum::extract::Request,
+    next: Next,
+) -> Response {
+    let trusted = request
+        .extensions()
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .is_some_and(|ConnectInfo(peer)| clients.is_trusted(peer.ip()));
+    if !trusted {
+        let headers = request.headers_mut();
+        headers.remove("traceparent");
+        headers.remove("tracestate");
+    }
+    next.run(request).await
 }
 
 fn rate_limited(error: GovernorError) -> Response {
@@ -281,7 +310,10 @@ mod tests {
                 "hi"
             }),
         );
-        let app = protect(routes, &Config::defaults()).layer(axum::Extension(ConnectInfo(
+        // The peer is a proxy the gateway trusts: its trace is continued.
+        let mut config = Config::defaults();
+        config.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        let app = protect(routes, &config).layer(axum::Extension(ConnectInfo(
             SocketAddr::from(([127, 0, 0, 1], 9)),
         )));
         let request = Request::get("/hello")
@@ -310,6 +342,43 @@ mod tests {
         assert!(
             line.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736"),
             "{line}"
+        );
+    }
+
+    /// A client's own `traceparent` is not continued: it cannot choose the
+    /// trace id its requests are recorded under, nor unsample them.
+    #[tokio::test]
+    async fn a_clients_own_trace_context_is_not_continued() {
+        let client = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        let answered = |trusted: &'static str| async move {
+            let mut config = Config::defaults();
+            config.trusted_proxies = vec![trusted.parse().unwrap()];
+            let app = protect(Router::new().route("/hello", get(|| async { "hi" })), &config)
+                .layer(axum::Extension(ConnectInfo(SocketAddr::from((
+                    [203, 0, 113, 7],
+                    9,
+                )))));
+            let request = Request::get("/hello")
+                .header("traceparent", client)
+                .header("tracestate", "mallory=1")
+                .body(Body::empty())
+                .unwrap();
+            let response = app.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            response.headers()["traceparent"]
+                .to_str()
+                .unwrap()
+                .to_owned()
+        };
+        // From a client: a new trace, sampled as the gateway decides.
+        let own = answered("10.0.0.0/8").await;
+        assert!(!own.contains("4bf92f3577b34da6a3ce929d0e0e4736"), "{own}");
+        assert!(own.ends_with("-01"), "{own}");
+        // The same header from a trusted proxy is the trace to continue.
+        let proxied = answered("203.0.113.0/24").await;
+        assert!(
+            proxied.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+            "{proxied}"
         );
     }
 }

@@ -128,7 +128,7 @@ async fn one_purchase_is_one_exported_trace_across_the_services(
     ] {
         otlp::install(service, Some(&endpoint)).unwrap();
     }
-    let stack = Stack::start(pool_options, connect).await;
+    let stack = Stack::start_behind_proxy(pool_options, connect).await;
     let event = format!("o{}", &stack.prefix[1..12]);
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";

@@ -359,7 +359,7 @@ async fn one_purchase_is_one_trace_from_the_gateway_to_the_ticket_worker(
     connect: PgConnectOptions,
 ) {
     let logs = logs();
-    let stack = Stack::start(pool_options, connect).await;
+    let stack = Stack::start_behind_proxy(pool_options, connect).await;
     let event = format!("t{}", &stack.prefix[1..12]);
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let (order_id, answered) = stack

@@ -83,6 +83,19 @@ impl Stack {
         Self::start_inner(pool_options, connect, true, true, |_| {}).await
     }
 
+    /// The whole stack behind a proxy at 127.0.0.1 that the gateway trusts,
+    /// so the `traceparent` a test sends is continued as a tracing load
+    /// balancer's would be (a client's own is dropped).
+    pub async fn start_behind_proxy(
+        pool_options: PgPoolOptions,
+        connect: PgConnectOptions,
+    ) -> Self {
+        Self::start_inner(pool_options, connect, true, false, |c| {
+            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        })
+        .await
+    }
+
     /// The request path alone (no saga, relay or worker), with the gateway's
     /// settings changed by `gateway` (identity providers, say).
     pub async fn start_with_gateway(
