@@ -119,6 +119,13 @@ pub struct Config {
     /// past it, 429 `rate-limited` at once.
     #[arg(long, env = "BOXOFFICE_PER_CLIENT_IN_FLIGHT", default_value_t = 32)]
     pub per_client_in_flight: usize,
+    /// Connections one address (an IPv6 /64) may hold open at once; past
+    /// it a new one is closed as it is accepted, so one host cannot take
+    /// the gateway's sockets with connections that send nothing (each may
+    /// wait `header_timeout_ms`). Trusted proxies carry many clients each
+    /// and are not counted.
+    #[arg(long, env = "BOXOFFICE_MAX_CONNECTIONS_PER_IP", default_value_t = 256)]
+    pub max_connections_per_ip: usize,
     /// Largest request body accepted.
     #[arg(long, env = "BOXOFFICE_BODY_LIMIT_BYTES", default_value_t = 8 * 1024)]
     pub body_limit_bytes: usize,

@@ -198,8 +198,9 @@ async fn shed(error: BoxError) -> Problem {
     }
 }
 
-/// Requests in flight per client address: one address cannot hold the
-/// global places (`max_in_flight`) with requests whose bodies trickle in.
+/// Places per client address: requests in flight (one address cannot hold
+/// the global places, `max_in_flight`, with requests whose bodies trickle
+/// in), and open connections (see [`crate::serve`]).
 pub struct PerClient {
     clients: ClientIp,
     max: usize,
@@ -215,7 +216,9 @@ impl PerClient {
         }
     }
 
-    fn enter(self: &std::sync::Arc<Self>, client: std::net::IpAddr) -> Option<InFlight> {
+    /// A place for `client`, given back when dropped; `None` if it holds
+    /// all it may.
+    pub(crate) fn enter(self: &std::sync::Arc<Self>, client: std::net::IpAddr) -> Option<InFlight> {
         let mut in_flight = self.in_flight.lock().expect("per-client lock");
         let count = in_flight.entry(client).or_insert(0);
         if *count >= self.max {
@@ -229,8 +232,8 @@ impl PerClient {
     }
 }
 
-/// One request's place; given back when dropped.
-struct InFlight {
+/// One request's (or connection's) place; given back when dropped.
+pub(crate) struct InFlight {
     owner: std::sync::Arc<PerClient>,
     client: std::net::IpAddr,
 }

@@ -182,7 +182,9 @@ pub fn app(state: AppState) -> Router {
 /// Serves `state` on `listener` until `shutdown` resolves, then lets the
 /// requests in flight finish. Each connection must send a request's headers
 /// within `header_timeout_ms` or is closed, so a client trickling bytes holds
-/// a socket for seconds, never a place among the requests in flight.
+/// a socket for seconds, never a place among the requests in flight; and one
+/// address holds at most `max_connections_per_ip` sockets (trusted proxies
+/// aside).
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -202,6 +204,14 @@ pub async fn serve(
         )))
     });
     let header_timeout = Duration::from_millis(state.config.header_timeout_ms.max(1));
+    let proxies = client_ip::ClientIp::new(
+        state.config.trusted_proxies.clone(),
+        state.config.forwarded_header,
+    );
+    let connections = Arc::new(edge::PerClient::new(
+        proxies.clone(),
+        state.config.max_connections_per_ip,
+    ));
     let app = app(state);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -217,6 +227,17 @@ pub async fn serve(
                 }
             },
             () = &mut shutdown => break,
+        };
+        let place = if proxies.is_trusted(peer.ip()) {
+            None
+        } else {
+            match connections.enter(client_ip::key(peer.ip())) {
+                Some(place) => Some(place),
+                None => {
+                    tracing::debug!(%peer, "too many connections from this address; closed");
+                    continue;
+                }
+            }
         };
         socket.set_nodelay(true).ok();
         let service = app.clone().map_request(
@@ -239,6 +260,7 @@ pub async fn serve(
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended");
             }
+            drop(place);
         });
     }
     drop(listener);

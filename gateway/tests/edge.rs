@@ -485,6 +485,9 @@ async fn trickling_clients_hold_no_place_a_fan_needs() {
         c.per_client_in_flight = 8;
         c.header_timeout_ms = 1_000;
         c.body_timeout_ms = 1_000;
+        // This test's thousands of sockets come from one address; the cap
+        // on them has its own test below.
+        c.max_connections_per_ip = 10_000;
         c.per_ip_rate = 1_000_000;
         c.per_ip_burst = 1_000_000;
     })
@@ -559,6 +562,70 @@ async fn trickling_clients_hold_no_place_a_fan_needs() {
     .await
     .expect("the trickling connection was closed");
     assert!(closed.is_ok(), "{closed:?}");
+}
+
+/// One host cannot take the gateway's sockets: past its connections, a new
+/// one from the same address is closed as it is accepted, while another
+/// address is served; a connection given back makes room again.
+#[tokio::test]
+async fn one_address_holds_at_most_its_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let edge = edge(|c| c.max_connections_per_ip = 4).await;
+    edge.open_event("ev").await;
+    let address = edge.url.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    // Accepted in order: a request on the last one is answered.
+    let probe = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    held[3].write_all(probe).await.unwrap();
+    let mut answer = [0u8; 12];
+    held[3].read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
+
+    let mut fifth = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let _ = fifth.write_all(probe).await;
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), fifth.read_to_end(&mut rest))
+        .await
+        .expect("the fifth connection was closed, not left waiting");
+    assert!(
+        read.is_err() || rest.is_empty(),
+        "a fifth connection from the same address was served: {:?}",
+        String::from_utf8_lossy(&rest)
+    );
+
+    // Another address is served meanwhile.
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let health = other
+        .get(format!("{}/healthz", edge.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+
+    // A connection closed is a place given back.
+    drop(held.pop());
+    let mut again = None;
+    for _ in 0..50 {
+        let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+        socket.write_all(probe).await.unwrap();
+        let mut answer = [0u8; 12];
+        if tokio::time::timeout(Duration::from_secs(1), socket.read_exact(&mut answer))
+            .await
+            .is_ok_and(|r| r.is_ok())
+        {
+            again = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(again.as_ref().map(|a| &a[..]), Some(&b"HTTP/1.1 200"[..]));
 }
 
 /// `/readyz` is on the public port and never rate limited (probes must get
