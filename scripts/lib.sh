@@ -145,3 +145,12 @@ export_tansu_client_options() {
 }
 
 stop_pid() { [ -n "${1:-}" ] && kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }
+
+# kubernetes-validate (PyPI) checks k8s/ against the Kubernetes OpenAPI
+# schemas, which it bundles (it works offline once installed); it brings
+# jsonschema and PyYAML, which scripts/check_manifests.py also uses.
+ensure_kubernetes_validate() {
+  python3 -c 'import kubernetes_validate, jsonschema, yaml' 2>/dev/null && return
+  say "installing kubernetes-validate (pip) for the Kubernetes manifest checks"
+  python3 -m pip install -q --disable-pip-version-check 'kubernetes-validate==1.37.0'
+}

@@ -24,6 +24,10 @@ if [ $# -eq 0 ]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
   ensure_pyflakes
   pyflakes3 scripts/*.py
+  say "checking the Kubernetes manifests"
+  ensure_kubernetes_validate
+  cargo build --locked --bin gateway --bin admission --bin order-service
+  python3 scripts/check_manifests.py
   say "checking that the SQL's offline data in .sqlx/ is current"
   sqlx_offline_data --check
 fi
