@@ -25,6 +25,8 @@
    the workers use; every workload has a PodDisruptionBudget; the gateway
    has a CPU HPA and is the only pod taking traffic from outside the
    namespace (Prometheus aside).
+6. k8s/Dockerfile's dependency layer knows every workspace crate, binary
+   crate and manifest (it cannot be built where CI runs), and runs as 65532.
 
 Exits 1 and prints every problem when anything is wrong.
 """
@@ -34,6 +36,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import jsonschema
@@ -399,6 +402,35 @@ def drain_seconds(where, binary, sub, cli, eff, argv, pod_spec, container):
     return 0
 
 
+def check_dockerfile(path):
+    """The stub layer must list every crate: a crate it misses fails the
+    image build, which nothing here can run."""
+    text = path.read_text()
+    where = str(path.relative_to(ROOT))
+    members = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["members"]
+    args = dict(re.findall(r'^ARG (\w+)="([^"]*)"', text, re.M))
+    crates = args.get("CRATES", "").split()
+    if sorted(crates) != sorted(members):
+        problem(where, f"ARG CRATES {crates} is not the workspace's members {members}")
+    bins = sorted(m for m in members if (ROOT / m / "src" / "main.rs").is_file())
+    if sorted(args.get("BIN_CRATES", "").split()) != bins:
+        problem(where, f"ARG BIN_CRATES {args.get('BIN_CRATES')!r} is not the crates with a src/main.rs {bins}")
+    for member in members:
+        if f"COPY {member}/Cargo.toml {member}/" not in text:
+            problem(where, f"the dependency layer does not copy {member}/Cargo.toml")
+        if f"COPY {member} {member}" not in text:
+            problem(where, f"the sources of {member} are not copied")
+        if list((ROOT / member).glob("build.rs")):
+            problem(where, f"{member} has a build.rs, which the stub layer does not copy")
+    for binary in BINARIES:
+        if f"target/release/{binary}" not in text:
+            problem(where, f"the image does not get {binary}")
+    if not re.search(r"^USER 65532(:65532)?$", text, re.M):
+        problem(where, f"the image does not run as {UID}")
+    if not re.search(r"^WORKDIR /var/lib/boxoffice$", text, re.M) or "-o 65532" not in text:
+        problem(where, "the image's working directory is not /var/lib/boxoffice owned by 65532")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin-dir", default=str(ROOT / "target" / "debug"))
@@ -411,6 +443,7 @@ def main():
     docs = load_manifests(base)
     validate_schemas(docs, args.kube_version, json.loads(Path(args.keda_schema).read_text()))
     check_extra_env_sources()
+    check_dockerfile(ROOT / "k8s" / "Dockerfile")
     clis, subcommands = load_clis(args.bin_dir)
 
     for where, doc in by_kind(docs, "Secret"):
