@@ -3,6 +3,8 @@
 
 export PATH="$HOME/.cargo/bin:$PATH"
 TANSU_VERSION=0.6.0
+# 0.14.1 is the last s3s-fs that builds with Rust 1.95 (0.15 wants 1.96).
+S3S_FS_VERSION=0.14.1
 KAFKA_PORT=${KAFKA_PORT:-9092}
 
 say() { printf '==> %s\n' "$*"; }
@@ -112,6 +114,15 @@ ensure_promtool() {
   command -v promtool >/dev/null && return
   say "installing promtool (Debian package prometheus) for the alert-rule tests"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+}
+
+# s3s-fs, a small S3-compatible server over a local folder (each bucket a
+# folder, each object a file): order-service/tests/ticket_store.rs starts one
+# to test the ticket store against real S3 requests, not a mock.
+ensure_s3s_fs() {
+  command -v s3s-fs >/dev/null && return
+  say "installing the S3-compatible test server s3s-fs $S3S_FS_VERSION (once per machine; the first build takes a few minutes)"
+  cargo install s3s-fs --version "$S3S_FS_VERSION" --locked --features binary
 }
 
 # start_kafka DATA_DIR: starts tansu with SQLite storage in DATA_DIR unless a

@@ -11,6 +11,7 @@ ensure_redis
 ensure_postgres
 ensure_chromium
 ensure_promtool
+ensure_s3s_fs
 start_kafka .run/test-kafka
 trap 'stop_pid "$KAFKA_PID"' EXIT
 

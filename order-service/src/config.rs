@@ -90,8 +90,14 @@ pub struct ServeConfig {
     pub payment: crate::payments::client::PaymentConfig,
     #[command(flatten)]
     pub service: boxoffice_contract::auth::ServiceTokenArgs,
-    /// Directory of the ticket PDFs the workers write.
-    #[arg(long, env = "BOXOFFICE_TICKET_STORE", default_value = ".run/tickets")]
+    /// Where the ticket PDFs the workers write are read from, as a URL: a
+    /// directory (a plain path, created if missing, or `file:///abs/dir`),
+    /// `s3://bucket/prefix` (endpoint, region and credentials from the
+    /// standard `AWS_*` variables: `AWS_ENDPOINT_URL`, `AWS_REGION`,
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`), or
+    /// `memory://` (tests only). Must name the workers' store; replicas on
+    /// different machines need `s3://`.
+    #[arg(long, env = "BOXOFFICE_TICKET_STORE", default_value = ".run/tickets", value_parser = crate::tickets::check_url)]
     pub ticket_store: String,
     /// Fault injection for the crash tests: the relay aborts the process
     /// after its first publish, before marking the rows published.
@@ -190,8 +196,14 @@ pub struct WorkerConfig {
     /// below the orchestrator's grace period, 30 s in k8s/).
     #[arg(long, env = "BOXOFFICE_DRAIN_TIMEOUT_MS", default_value_t = 20_000)]
     pub drain_timeout_ms: u64,
-    /// Directory of the ticket PDFs (`orders/{id}.pdf`); the order service reads the same one.
-    #[arg(long, env = "BOXOFFICE_TICKET_STORE", default_value = ".run/tickets")]
+    /// Where the ticket PDFs go (`orders/{id}.pdf` under the URL's prefix),
+    /// as a URL: a directory (a plain path, created if missing, or
+    /// `file:///abs/dir`), `s3://bucket/prefix` (endpoint, region and
+    /// credentials from the standard `AWS_*` variables: `AWS_ENDPOINT_URL`,
+    /// `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_ALLOW_HTTP`), or `memory://` (tests only). The order service
+    /// must be given the same store.
+    #[arg(long, env = "BOXOFFICE_TICKET_STORE", default_value = ".run/tickets", value_parser = crate::tickets::check_url)]
     pub ticket_store: String,
     /// Secret (≥ 32 bytes) that signs ticket codes (the QR codes); the gates
     /// verify with it. Required: whoever knows it can mint valid tickets.

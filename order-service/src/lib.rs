@@ -75,7 +75,7 @@ impl AppState {
             pool,
             stock: stock::StockView::new(redis, &config.redis_prefix),
             payments: payments::client::PaymentClient::new(config.payment.clone())?,
-            tickets: tickets::TicketStore::local(&config.ticket_store)?,
+            tickets: tickets::TicketStore::from_url(&config.ticket_store)?,
             broker: health::BrokerProbe::new(
                 &config.kafka_brokers,
                 &config.worker_group,

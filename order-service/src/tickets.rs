@@ -1,31 +1,156 @@
 //! Tickets: a signed code per seat, a PDF per order (one A6 page a seat,
 //! with the event name, the seat, and the code as a QR code), and the object
-//! store the PDFs live in (a local directory here, S3 and the like in
-//! production through the same `object_store` interface).
+//! store the PDFs live in, named by a URL (`BOXOFFICE_TICKET_STORE`): a local
+//! directory for the dev stack, an S3 bucket (AWS or any S3-compatible
+//! server) when several replicas must see the same PDFs.
 
 use std::sync::Arc;
 
+use anyhow::{bail, Context};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
+use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as StorePath;
+use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use pdf_writer::{Content, Name, Pdf, Rect, Ref, Str};
 use sha2::Sha256;
+use url::Url;
 use uuid::Uuid;
 
-/// Where ticket PDFs are kept: `orders/{order_id}.pdf` in an object store.
+/// The setting a ticket store URL comes from, named in its errors.
+const SETTING: &str = "BOXOFFICE_TICKET_STORE";
+
+/// What a `BOXOFFICE_TICKET_STORE` value names, checked without touching
+/// anything (so the command line can refuse a bad one before the service
+/// connects anywhere).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Location {
+    /// A local directory: a plain path, or `file:///abs/dir`.
+    Local(std::path::PathBuf),
+    /// `s3://bucket/prefix` (or `s3a://`).
+    S3 { url: String, prefix: StorePath },
+    /// `memory://`, in this process only (unit tests).
+    Memory { prefix: StorePath },
+}
+
+impl Location {
+    pub fn parse(url: &str) -> anyhow::Result<Self> {
+        if url.trim().is_empty() {
+            bail!("{SETTING} is empty; give a directory or a URL such as `s3://bucket/prefix`");
+        }
+        let parsed = match Url::parse(url) {
+            Ok(parsed) => parsed,
+            Err(url::ParseError::RelativeUrlWithoutBase) => return Ok(Self::Local(url.into())),
+            Err(error) => bail!("{SETTING} {url:?} is not a valid URL or path: {error}"),
+        };
+        let prefix = || {
+            StorePath::from_url_path(parsed.path())
+                .with_context(|| format!("{SETTING} {url:?}: the path is not a valid prefix"))
+        };
+        match parsed.scheme() {
+            "file" => {
+                if parsed
+                    .host_str()
+                    .is_some_and(|h| !h.is_empty() && h != "localhost")
+                {
+                    bail!(
+                        "{SETTING} {url:?}: a file: URL names a local directory, \
+                         `file:///abs/dir`, not a host"
+                    );
+                }
+                let dir = parsed
+                    .to_file_path()
+                    .map_err(|()| anyhow::anyhow!("{SETTING} {url:?}: not a local directory"))?;
+                Ok(Self::Local(dir))
+            }
+            "s3" | "s3a" => {
+                if parsed.host_str().is_none_or(str::is_empty) {
+                    bail!("{SETTING} {url:?}: an S3 URL needs a bucket, `s3://bucket/prefix`");
+                }
+                Ok(Self::S3 {
+                    url: url.to_owned(),
+                    prefix: prefix()?,
+                })
+            }
+            "memory" => Ok(Self::Memory { prefix: prefix()? }),
+            scheme => bail!(
+                "{SETTING} {url:?}: unknown scheme {scheme:?}; use a directory, \
+                 `file:///abs/dir`, `s3://bucket/prefix` or `memory://`"
+            ),
+        }
+    }
+}
+
+/// `clap`'s check of `--ticket-store` / `BOXOFFICE_TICKET_STORE`: the value
+/// unchanged if [`Location::parse`] takes it.
+pub fn check_url(url: &str) -> Result<String, String> {
+    Location::parse(url)
+        .map(|_| url.to_owned())
+        .map_err(|error| format!("{error:#}"))
+}
+
+/// Where ticket PDFs are kept: `orders/{order_id}.pdf` in an object store,
+/// under the URL's path prefix.
 #[derive(Clone)]
 pub struct TicketStore {
     store: Arc<dyn ObjectStore>,
 }
 
 impl TicketStore {
+    /// The store a `BOXOFFICE_TICKET_STORE` value names, with S3's endpoint,
+    /// region and credentials from the standard `AWS_*` environment
+    /// variables (`AWS_ENDPOINT_URL` or `AWS_ENDPOINT`, `AWS_REGION`,
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    /// `AWS_ALLOW_HTTP`, …). See [`TicketStore::open`] for the forms.
+    pub fn from_url(url: &str) -> anyhow::Result<Self> {
+        Self::open(url, AmazonS3Builder::from_env())
+    }
+
+    /// The store `url` names, S3 settings from `s3` (the URL's bucket wins
+    /// over one set there):
+    ///
+    /// - a plain path, absolute or relative (`.run/tickets`), or
+    ///   `file:///abs/dir`: that local directory, created if missing;
+    /// - `s3://bucket` or `s3://bucket/prefix` (also `s3a://`): objects are
+    ///   `prefix/orders/{id}.pdf` in the bucket;
+    /// - `memory://`: in this process only, gone at exit (unit tests).
+    ///
+    /// Anything else (another scheme, a `file:` URL with a host, `s3://`
+    /// without a bucket) is an error naming `BOXOFFICE_TICKET_STORE`.
+    /// Nothing remote is contacted here: a wrong endpoint or credentials
+    /// show at the first put or get.
+    pub fn open(url: &str, s3: AmazonS3Builder) -> anyhow::Result<Self> {
+        let (store, prefix): (Arc<dyn ObjectStore>, StorePath) = match Location::parse(url)? {
+            Location::Local(dir) => return Self::local(&dir.to_string_lossy()),
+            Location::S3 { url, prefix } => {
+                let store = s3
+                    .with_url(&url)
+                    .build()
+                    .with_context(|| format!("{SETTING} {url:?}: the S3 store cannot be set up"))?;
+                (Arc::new(store), prefix)
+            }
+            Location::Memory { prefix } => {
+                (Arc::new(object_store::memory::InMemory::new()), prefix)
+            }
+        };
+        Ok(Self::new(if prefix.as_ref().is_empty() {
+            store
+        } else {
+            Arc::new(PrefixStore::new(store, prefix))
+        }))
+    }
+
     /// A local directory (created if missing).
     pub fn local(dir: &str) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{SETTING}: cannot create the directory {dir:?}"))?;
         Ok(Self {
-            store: Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir)?),
+            store: Arc::new(
+                object_store::local::LocalFileSystem::new_with_prefix(dir)
+                    .with_context(|| format!("{SETTING}: cannot use the directory {dir:?}"))?,
+            ),
         })
     }
 
@@ -186,6 +311,91 @@ pub fn render(order_id: Uuid, tickets: &[Ticket<'_>]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ticket_store_url_is_a_directory_an_s3_bucket_or_memory() {
+        let local = |p: &str| Location::Local(p.into());
+        assert_eq!(
+            Location::parse(".run/tickets").unwrap(),
+            local(".run/tickets")
+        );
+        assert_eq!(
+            Location::parse("/var/tickets").unwrap(),
+            local("/var/tickets")
+        );
+        assert_eq!(
+            Location::parse("file:///var/tickets").unwrap(),
+            local("/var/tickets")
+        );
+        assert_eq!(
+            Location::parse("s3://bucket/some/prefix").unwrap(),
+            Location::S3 {
+                url: "s3://bucket/some/prefix".into(),
+                prefix: StorePath::from("some/prefix"),
+            }
+        );
+        assert_eq!(
+            Location::parse("s3://bucket").unwrap(),
+            Location::S3 {
+                url: "s3://bucket".into(),
+                prefix: StorePath::default(),
+            }
+        );
+        assert_eq!(
+            Location::parse("memory://").unwrap(),
+            Location::Memory {
+                prefix: StorePath::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_bad_ticket_store_url_is_refused_naming_the_setting() {
+        for bad in [
+            "ftp://host/tickets",
+            "gs://bucket/prefix",
+            "https://example.com/tickets",
+            "s3://",
+            "s3:///prefix",
+            "file://otherhost/tickets",
+            "http://[::1",
+            "",
+        ] {
+            let error = match TicketStore::open(bad, AmazonS3Builder::new()) {
+                Ok(_) => panic!("{bad:?} was taken"),
+                Err(error) => format!("{error:#}"),
+            };
+            assert!(error.contains("BOXOFFICE_TICKET_STORE"), "{bad:?}: {error}");
+            assert_eq!(check_url(bad), Err(error));
+        }
+        assert!(format!("{:#}", Location::parse("ftp://h/t").unwrap_err())
+            .contains("unknown scheme \"ftp\""));
+        assert_eq!(check_url("s3://b/p"), Ok("s3://b/p".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn the_same_url_reads_back_what_was_put() {
+        let dir = std::env::temp_dir().join(format!("boxoffice-tickets-{}", Uuid::now_v7()));
+        let order = Uuid::now_v7();
+        for url in [
+            dir.join("plain").to_string_lossy().into_owned(),
+            format!("file://{}", dir.join("url").display()),
+        ] {
+            let writer = TicketStore::open(&url, AmazonS3Builder::new()).unwrap();
+            writer.put(order, b"%PDF-1.7 x".to_vec()).await.unwrap();
+            let reader = TicketStore::open(&url, AmazonS3Builder::new()).unwrap();
+            assert_eq!(reader.get(order).await.unwrap().unwrap(), b"%PDF-1.7 x");
+            assert_eq!(reader.get(Uuid::now_v7()).await.unwrap(), None);
+        }
+        assert!(dir.join(format!("plain/orders/{order}.pdf")).is_file());
+        assert!(dir.join(format!("url/orders/{order}.pdf")).is_file());
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let memory = TicketStore::open("memory:///some/prefix", AmazonS3Builder::new()).unwrap();
+        memory.put(order, b"pdf".to_vec()).await.unwrap();
+        assert_eq!(memory.get(order).await.unwrap().unwrap(), b"pdf");
+        assert_eq!(memory.get(Uuid::now_v7()).await.unwrap(), None);
+    }
 
     #[test]
     fn codes_verify_only_for_their_event_order_and_seat() {

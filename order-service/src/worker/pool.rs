@@ -465,7 +465,7 @@ pub async fn run(
     let handler = Handler {
         pool,
         issuer: Issuer {
-            store: TicketStore::local(&config.ticket_store)?,
+            store: TicketStore::from_url(&config.ticket_store)?,
             signer: TicketSigner::new(config.ticket_secret.as_bytes()),
         },
         producer: crate::kafka::producer(&config.kafka_brokers)?,
