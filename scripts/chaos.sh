@@ -101,6 +101,7 @@ export DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 export_tansu_client_options
+export_single_broker_topics
 export ORDER_SERVICE_URL=http://127.0.0.1:$ORD
 export PAYMENT_URL=http://127.0.0.1:$PAY
 export RUST_LOG=${RUST_LOG:-info,librdkafka=warn,rdkafka=warn}

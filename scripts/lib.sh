@@ -129,6 +129,7 @@ ensure_s3s_fs() {
 # broker already answers on KAFKA_PORT. Sets KAFKA_PID when it started one.
 start_kafka() {
   KAFKA_PID=
+  export_single_broker_topics
   if port_open "$KAFKA_PORT"; then
     say "a Kafka broker already listens on 127.0.0.1:$KAFKA_PORT; using it"
     return
@@ -153,6 +154,16 @@ start_kafka() {
 export_tansu_client_options() {
   export RDKAFKA_ENABLE_IDEMPOTENCE=${RDKAFKA_ENABLE_IDEMPOTENCE:-false}
   export RDKAFKA_MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION=${RDKAFKA_MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION:-1}
+}
+
+# The order service and the workers create their topics with replication
+# factor 3 and min.insync.replicas 2 unless told otherwise (production: a
+# confirmed order's message survives a broker). The local stack and the
+# tests have one broker, so 1 and 1 (a value already set wins). start_kafka
+# calls it, so up.sh, test.sh and bench.sh get it; chaos.sh calls it itself.
+export_single_broker_topics() {
+  export BOXOFFICE_KAFKA_REPLICATION_FACTOR=${BOXOFFICE_KAFKA_REPLICATION_FACTOR:-1}
+  export BOXOFFICE_KAFKA_MIN_INSYNC_REPLICAS=${BOXOFFICE_KAFKA_MIN_INSYNC_REPLICAS:-1}
 }
 
 stop_pid() { [ -n "${1:-}" ] && kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }

@@ -44,6 +44,7 @@ export DATABASE_URL=postgres://postgres@127.0.0.1:5432/boxoffice
 export REDIS_URL=redis://127.0.0.1:6379
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 export_tansu_client_options
+export_single_broker_topics
 export RUST_LOG=${RUST_LOG:-info}
 
 say "building the services (release)"

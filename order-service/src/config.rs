@@ -65,6 +65,9 @@ pub struct ServeConfig {
     /// Partitions of the topic when the relay has to create it.
     #[arg(long, env = "BOXOFFICE_PARTITIONS", default_value_t = 6)]
     pub partitions: i32,
+    /// Replication of the topic when the relay has to create it.
+    #[command(flatten)]
+    pub replication: crate::kafka::Replication,
     /// How long seats stay held for an order that is not yet paid.
     #[arg(long, env = "BOXOFFICE_RESERVATION_TTL_S", default_value_t = 600)]
     pub reservation_ttl_s: i64,
@@ -159,6 +162,9 @@ pub struct WorkerConfig {
     /// Dead letters go here (default: the topic with `.dlq` appended).
     #[arg(long, env = "BOXOFFICE_DLQ_TOPIC")]
     pub dlq_topic: Option<String>,
+    /// Replication of the dead-letter topic when the worker has to create it.
+    #[command(flatten)]
+    pub replication: crate::kafka::Replication,
     /// Consumer group; also the `consumer` column of `processed_events`.
     #[arg(long, env = "BOXOFFICE_WORKER_GROUP", default_value = "ticket-issuer")]
     pub group: String,
@@ -270,4 +276,66 @@ pub struct RedriveConfig {
     /// Stop after this many messages (default: all there are now).
     #[arg(long)]
     pub max: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(["order-service"].iter().chain(args))
+    }
+
+    const SERVE: [&str; 3] = ["serve", "--service-token=", "--payment-api-key="];
+    const WORKER: [&str; 2] = ["worker", "--ticket-secret="];
+
+    #[test]
+    fn topic_replication_defaults_to_three_replicas_two_in_sync() {
+        let cli = Cli::command();
+        for command in ["serve", "worker"] {
+            let sub = cli.find_subcommand(command).unwrap();
+            let default = |long: &str| {
+                let arg = sub
+                    .get_arguments()
+                    .find(|arg| arg.get_long() == Some(long))
+                    .unwrap_or_else(|| panic!("{command} has no --{long}"));
+                arg.get_default_values()[0].to_string_lossy().into_owned()
+            };
+            assert_eq!(default("kafka-replication-factor"), "3");
+            assert_eq!(default("kafka-min-insync-replicas"), "2");
+        }
+    }
+
+    #[test]
+    fn topic_replication_is_configured_and_zero_is_refused() {
+        let flags = [
+            "--kafka-replication-factor=1",
+            "--kafka-min-insync-replicas=1",
+        ];
+        let serve = parse(&[&SERVE[..], &flags[..]].concat()).unwrap();
+        let Command::Serve(serve) = serve.command else {
+            panic!("not serve")
+        };
+        assert_eq!(serve.replication, crate::kafka::Replication::SINGLE_BROKER);
+        let worker = parse(&[&WORKER[..], &flags[..]].concat()).unwrap();
+        let Command::Worker(worker) = worker.command else {
+            panic!("not worker")
+        };
+        assert_eq!(worker.replication, crate::kafka::Replication::SINGLE_BROKER);
+
+        for command in [&SERVE[..], &WORKER[..]] {
+            for flag in [
+                "--kafka-replication-factor=0",
+                "--kafka-min-insync-replicas=0",
+                "--kafka-replication-factor=-1",
+            ] {
+                let error = parse(&[command, &[flag]].concat()).err().unwrap();
+                assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation);
+                let name = flag.split('=').next().unwrap();
+                assert!(error.to_string().contains(name), "{error}");
+            }
+        }
+    }
 }

@@ -110,10 +110,11 @@ pub async fn serve(
     ));
     if state.config.relay {
         let producer = kafka::producer(&state.config.kafka_brokers)?;
-        kafka::ensure_topics(
+        kafka::ensure_topics_replicated(
             &state.config.kafka_brokers,
             &[&state.config.topic],
             state.config.partitions,
+            state.config.replication,
         )
         .await?;
         let brokers = state.config.kafka_brokers.clone();

@@ -154,6 +154,7 @@ impl Stack {
             c.topic = topic.clone();
             c.worker_group = format!("ticket-issuer-{id}");
             c.partitions = 2;
+            c.replication = order_service::kafka::Replication::SINGLE_BROKER;
             c.saga_runners = if pipeline { 4 } else { 0 };
             c.relay = pipeline;
             c.payment.payment_url = payment_provider.clone();
@@ -176,6 +177,7 @@ impl Stack {
             c.kafka_brokers = brokers();
             c.topic = topic.clone();
             c.group = format!("ticket-issuer-{id}");
+            c.replication = order_service::kafka::Replication::SINGLE_BROKER;
             c.commit_interval_ms = 200;
             c.ticket_store = ticket_store.clone();
             c

@@ -431,7 +431,13 @@ pub async fn run(
 ) -> anyhow::Result<WorkerStats> {
     boxoffice_contract::telemetry::prometheus();
     let dlq_topic = config.dlq_topic();
-    crate::kafka::ensure_topics(&config.kafka_brokers, &[&dlq_topic], 1).await?;
+    crate::kafka::ensure_topics_replicated(
+        &config.kafka_brokers,
+        &[&dlq_topic],
+        1,
+        config.replication,
+    )
+    .await?;
     let shared = Arc::new(Shared {
         offsets: Mutex::default(),
         finished: Condvar::new(),

@@ -76,6 +76,7 @@ pub fn config(prefix: &str, provider_url: &str) -> ServeConfig {
     c.kafka_brokers = brokers();
     c.topic = format!("order-events-{prefix}");
     c.worker_group = format!("ticket-issuer-{prefix}");
+    c.replication = order_service::kafka::Replication::SINGLE_BROKER;
     c.relay = false;
     c.saga_runners = 8;
     c.db_connections = 20;
