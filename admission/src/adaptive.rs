@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use boxoffice_contract::event::{Adaptive, EventConfig};
 use boxoffice_contract::keys::{events_key, EventKeys};
-use redis::aio::ConnectionManager;
+use boxoffice_contract::redis_link::RedisLink;
 use redis::AsyncCommands;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -116,7 +116,7 @@ pub fn next_rate(
 }
 
 pub struct Controller {
-    pub redis: ConnectionManager,
+    pub redis: RedisLink,
     pub prefix: String,
     pub replica: String,
     pub http: reqwest::Client,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use boxoffice_contract::event::now_ms;
 use boxoffice_contract::keys::{events_key, EventKeys};
-use redis::aio::ConnectionManager;
+use boxoffice_contract::redis_link::RedisLink;
 use redis::{AsyncCommands, Script};
 use tokio_util::sync::CancellationToken;
 
@@ -30,7 +30,7 @@ pub enum Tick {
 }
 
 pub struct Admitter {
-    redis: ConnectionManager,
+    redis: RedisLink,
     prefix: String,
     replica: String,
     script: Script,
@@ -52,14 +52,14 @@ fn export(event: &str, gauges: &Gauges, leader: bool) {
 
 impl Admitter {
     pub fn new(
-        redis: ConnectionManager,
+        redis: impl Into<RedisLink>,
         prefix: &str,
         replica: &str,
         lease: Duration,
         tick: Duration,
     ) -> Self {
         Self {
-            redis,
+            redis: redis.into(),
             prefix: prefix.to_owned(),
             replica: replica.to_owned(),
             script: Script::new(include_str!("admit.lua")),

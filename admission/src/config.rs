@@ -41,6 +41,7 @@ pub struct Config {
     /// Address of the admin API.
     #[arg(long, env = "ADMISSION_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: String,
+    /// Redis: one URL, or a Redis Cluster's node URLs comma-separated.
     #[arg(
         long,
         env = "REDIS_URL",

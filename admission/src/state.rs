@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use redis::aio::ConnectionManager;
+use boxoffice_contract::redis_link::RedisLink;
 
 use crate::config::Config;
 use crate::{history, lockout};
@@ -10,7 +10,7 @@ use crate::{history, lockout};
 /// Shared by every admin request.
 #[derive(Clone)]
 pub struct AppState {
-    pub redis: ConnectionManager,
+    pub redis: RedisLink,
     pub config: Arc<Config>,
     /// Client for the order service's internal API (inventory lives there).
     pub http: reqwest::Client,
@@ -23,7 +23,8 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(redis: ConnectionManager, config: Config) -> anyhow::Result<Self> {
+    pub fn new(redis: impl Into<RedisLink>, config: Config) -> anyhow::Result<Self> {
+        let redis = redis.into();
         // Every call goes to the order service's internal API, with the service token.
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(5))

@@ -82,7 +82,7 @@ async fn the_rate_halves_under_backlog_and_climbs_when_it_drains(pool: PgPool) {
     .unwrap();
 
     let controller = |replica: &str| Controller {
-        redis: redis.clone(),
+        redis: redis.clone().into(),
         prefix: prefix.clone(),
         replica: replica.into(),
         http: reqwest::Client::builder()

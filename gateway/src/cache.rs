@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use boxoffice_contract::event::{EventConfig, SeatView};
 use boxoffice_contract::keys::EventKeys;
-use redis::aio::ConnectionManager;
+use boxoffice_contract::redis_link::RedisLink;
 
 /// An event as the edge sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,7 +63,7 @@ impl EventCache {
     /// `None` for an event that does not exist.
     pub async fn get(
         &self,
-        redis: &ConnectionManager,
+        redis: &RedisLink,
         keys: &EventKeys,
         event_id: &str,
     ) -> redis::RedisResult<Option<Arc<EdgeEvent>>> {

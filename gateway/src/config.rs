@@ -14,6 +14,7 @@ pub struct Config {
     pub log_json: bool,
     #[arg(long, env = "GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// Redis: one URL, or a Redis Cluster's node URLs comma-separated.
     #[arg(
         long,
         env = "REDIS_URL",

@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
-use axum::middleware::Next;
 use axum::http::StatusCode;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{BoxError, Router};
 use boxoffice_contract::{telemetry, Problem};
@@ -316,9 +316,10 @@ mod tests {
         // The peer is a proxy the gateway trusts: its trace is continued.
         let mut config = Config::defaults();
         config.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
-        let app = protect(routes, &config).layer(axum::Extension(ConnectInfo(
-            SocketAddr::from(([127, 0, 0, 1], 9)),
-        )));
+        let app = protect(routes, &config).layer(axum::Extension(ConnectInfo(SocketAddr::from((
+            [127, 0, 0, 1],
+            9,
+        )))));
         let request = Request::get("/hello")
             .header("x-request-id", "req-42")
             .header(
@@ -356,11 +357,14 @@ mod tests {
         let answered = |trusted: &'static str| async move {
             let mut config = Config::defaults();
             config.trusted_proxies = vec![trusted.parse().unwrap()];
-            let app = protect(Router::new().route("/hello", get(|| async { "hi" })), &config)
-                .layer(axum::Extension(ConnectInfo(SocketAddr::from((
-                    [203, 0, 113, 7],
-                    9,
-                )))));
+            let app = protect(
+                Router::new().route("/hello", get(|| async { "hi" })),
+                &config,
+            )
+            .layer(axum::Extension(ConnectInfo(SocketAddr::from((
+                [203, 0, 113, 7],
+                9,
+            )))));
             let request = Request::get("/hello")
                 .header("traceparent", client)
                 .header("tracestate", "mallory=1")

@@ -40,8 +40,8 @@ use std::time::Duration;
 
 use axum::Router;
 use boxoffice_contract::openapi::FanSecurity;
+use boxoffice_contract::redis_link::RedisLink;
 use boxoffice_contract::token::KeySet;
-use redis::aio::ConnectionManager;
 use redis::Script;
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
@@ -66,7 +66,7 @@ impl std::ops::Deref for AppState {
 }
 
 pub struct Shared {
-    pub redis: ConnectionManager,
+    pub redis: RedisLink,
     pub keys: KeySet,
     pub config: Arc<Config>,
     pub upstream: upstream::Upstream,
@@ -86,7 +86,8 @@ pub struct Scripts {
 }
 
 impl AppState {
-    pub fn new(redis: ConnectionManager, keys: KeySet, config: Config) -> anyhow::Result<Self> {
+    pub fn new(redis: impl Into<RedisLink>, keys: KeySet, config: Config) -> anyhow::Result<Self> {
+        let redis = redis.into();
         let upstream = upstream::Upstream::new(&config)?;
         let events = Arc::new(cache::EventCache::new(Duration::from_millis(
             config.event_cache_ms,

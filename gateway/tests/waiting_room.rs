@@ -9,8 +9,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use boxoffice_contract::event::{now_ms, prequeue_score, seed_commitment, EventConfig, Identity};
 use boxoffice_contract::keys::{events_key, EventKeys};
+use boxoffice_contract::redis_link::RedisLink;
 use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -18,7 +18,7 @@ use tower::ServiceExt;
 const SECRET: &[u8] = b"test-queue-secret-of-32-bytes-at-least";
 
 struct Room {
-    redis: ConnectionManager,
+    redis: RedisLink,
     prefix: String,
     keys: EventKeys,
     app: axum::Router,
@@ -40,9 +40,7 @@ fn config(rate: f64) -> EventConfig {
 impl Room {
     async fn new(config: EventConfig) -> Self {
         let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
-            .await
-            .unwrap();
+        let mut redis = boxoffice_contract::redis_link::connect(&url).await.unwrap();
         let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
         let keys = EventKeys::new(&prefix, "ev");
         let _: () = redis

@@ -44,6 +44,7 @@ pub struct ServeConfig {
     /// Postgres connections; each saga runner and the relay hold one while working.
     #[arg(long, env = "ORDER_SERVICE_DB_CONNECTIONS", default_value_t = 16)]
     pub db_connections: u32,
+    /// Redis: one URL, or a Redis Cluster's node URLs comma-separated.
     #[arg(
         long,
         env = "REDIS_URL",

@@ -68,7 +68,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(
         pool: sqlx::PgPool,
-        redis: redis::aio::ConnectionManager,
+        redis: impl Into<boxoffice_contract::redis_link::RedisLink>,
         config: ServeConfig,
     ) -> anyhow::Result<Self> {
         Ok(Self {

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use boxoffice_contract::keys::EventKeys;
-use redis::aio::ConnectionManager;
+use boxoffice_contract::redis_link::RedisLink;
 use redis::Script;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -19,15 +19,15 @@ use crate::store::Stock;
 
 #[derive(Clone)]
 pub struct StockView {
-    redis: ConnectionManager,
+    redis: RedisLink,
     prefix: String,
     script: Script,
 }
 
 impl StockView {
-    pub fn new(redis: ConnectionManager, prefix: &str) -> Self {
+    pub fn new(redis: impl Into<RedisLink>, prefix: &str) -> Self {
         Self {
-            redis,
+            redis: redis.into(),
             prefix: prefix.to_owned(),
             script: Script::new(include_str!("stock_set.lua")),
         }

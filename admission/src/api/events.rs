@@ -318,12 +318,19 @@ pub(super) async fn put_event(
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
     restore::persist(&state, &event_id, &fields, &trace).await?;
+    // The settings replace the old ones in one transaction; the set of
+    // events is another hash slot (a Redis Cluster refuses one transaction
+    // over both), so it is added to after. Both are idempotent: a PUT that
+    // fails between them is answered 503 and repeated.
     let mut pipe = redis::pipe();
     pipe.atomic()
         .del(keys.config())
-        .hset_multiple(keys.config(), &config.to_fields())
-        .sadd(events_key(&state.config.redis_prefix), &event_id);
+        .hset_multiple(keys.config(), &config.to_fields());
     pipe.query_async::<()>(&mut redis)
+        .await
+        .map_err(redis_down)?;
+    redis
+        .sadd::<_, _, ()>(events_key(&state.config.redis_prefix), &event_id)
         .await
         .map_err(redis_down)?;
     let view = view(&state, &event_id).await?;

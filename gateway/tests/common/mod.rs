@@ -48,6 +48,8 @@ pub struct Stack {
     pub keys: KeySet,
     pub prefix: String,
     pub topic: String,
+    /// The Redis (or Redis Cluster, comma-separated) the services use.
+    pub redis_url: String,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
 }
@@ -71,7 +73,7 @@ impl Stack {
         connect: PgConnectOptions,
         pipeline: bool,
     ) -> Self {
-        Self::start_inner(pool_options, connect, pipeline, false, |_| {}).await
+        Self::start_inner(pool_options, connect, pipeline, false, |_| {}, redis_url()).await
     }
 
     /// The whole stack with the gateway's default edge limits (per-IP,
@@ -80,7 +82,7 @@ impl Stack {
         pool_options: PgPoolOptions,
         connect: PgConnectOptions,
     ) -> Self {
-        Self::start_inner(pool_options, connect, true, true, |_| {}).await
+        Self::start_inner(pool_options, connect, true, true, |_| {}, redis_url()).await
     }
 
     /// The whole stack behind a proxy at 127.0.0.1 that the gateway trusts,
@@ -90,10 +92,25 @@ impl Stack {
         pool_options: PgPoolOptions,
         connect: PgConnectOptions,
     ) -> Self {
-        Self::start_inner(pool_options, connect, true, false, |c| {
-            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
-        })
+        Self::start_inner(
+            pool_options,
+            connect,
+            true,
+            false,
+            |c| c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()],
+            redis_url(),
+        )
         .await
+    }
+
+    /// The whole stack on the Redis (or the Redis Cluster, its nodes
+    /// comma-separated) at `redis_url`.
+    pub async fn start_on_redis(
+        pool_options: PgPoolOptions,
+        connect: PgConnectOptions,
+        redis_url: String,
+    ) -> Self {
+        Self::start_inner(pool_options, connect, true, false, |_| {}, redis_url).await
     }
 
     /// The request path alone (no saga, relay or worker), with the gateway's
@@ -103,7 +120,7 @@ impl Stack {
         connect: PgConnectOptions,
         gateway: impl FnOnce(&mut gateway::Config),
     ) -> Self {
-        Self::start_inner(pool_options, connect, false, false, gateway).await
+        Self::start_inner(pool_options, connect, false, false, gateway, redis_url()).await
     }
 
     async fn start_inner(
@@ -112,6 +129,7 @@ impl Stack {
         pipeline: bool,
         edge_limits: bool,
         gateway_settings: impl FnOnce(&mut gateway::Config),
+        redis_url: String,
     ) -> Self {
         boxoffice_contract::telemetry::init(false);
         let pool = pool_options
@@ -123,7 +141,7 @@ impl Stack {
         let prefix = format!("t{id}");
         let topic = format!("order-events-{id}");
         let cancel = CancellationToken::new();
-        let redis = redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
+        let redis = boxoffice_contract::redis_link::connect(&redis_url)
             .await
             .unwrap();
         order_service::kafka::ensure_topics(&brokers(), &[&topic], 2)
@@ -148,7 +166,7 @@ impl Stack {
         let serve_config = {
             let mut c = order_service::ServeConfig::defaults();
             c.db_connections = 20;
-            c.redis_url = redis_url();
+            c.redis_url = redis_url.clone();
             c.redis_prefix = prefix.clone();
             c.kafka_brokers = brokers();
             c.topic = topic.clone();
@@ -194,7 +212,7 @@ impl Stack {
         let (admission_listener, admission) = listener().await;
         let admission_config = {
             let mut c = admission::Config::defaults(ADMIN_TOKEN);
-            c.redis_url = redis_url();
+            c.redis_url = redis_url.clone();
             c.redis_prefix = prefix.clone();
             c.order_service_url = order_service.clone();
             c.service = service();
@@ -215,7 +233,7 @@ impl Stack {
         let (gateway_listener, gateway) = listener().await;
         let gateway_config = {
             let mut c = gateway::Config::defaults();
-            c.redis_url = redis_url();
+            c.redis_url = redis_url.clone();
             c.redis_prefix = prefix.clone();
             c.order_service_url = order_service.clone();
             c.service = service();
@@ -251,6 +269,7 @@ impl Stack {
             keys,
             prefix,
             topic,
+            redis_url,
             cancel,
             tasks,
         }
@@ -521,8 +540,11 @@ impl Stack {
         for task in self.tasks {
             task.await.unwrap().unwrap();
         }
+        if self.redis_url.contains(',') {
+            return; // a test's own cluster, shut down with the test
+        }
         let mut redis =
-            redis::aio::ConnectionManager::new(redis::Client::open(redis_url()).unwrap())
+            redis::aio::ConnectionManager::new(redis::Client::open(self.redis_url).unwrap())
                 .await
                 .unwrap();
         let keys: Vec<String> = redis::cmd("KEYS")
