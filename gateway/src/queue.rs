@@ -41,11 +41,14 @@ pub fn valid_fan_id(id: &str) -> bool {
 }
 
 /// Seconds until a waiting fan should poll again: about a quarter of the ETA,
-/// 1 s near the front, 30 s at most far back (or while paused), ±20 % jitter
-/// so fans who joined together do not poll together. `jitter` is in [0, 1).
+/// between 1 s near the front and 30 s far back (or while paused), then ±20 %
+/// jitter so fans who joined together do not poll together (24-36 s far
+/// back). `jitter` is in [0, 1). The jitter comes after the bounds: clamped
+/// after it, half the far-back fans got exactly 30 s, and an opening's burst
+/// of joins came back as a burst of polls every 30 s.
 pub fn poll_after(eta_seconds: Option<u64>, jitter: f64) -> u64 {
     let base = eta_seconds.map_or(30.0, |eta| (eta as f64 / 4.0).clamp(1.0, 30.0));
-    (base * (0.8 + 0.4 * jitter)).round().clamp(1.0, 30.0) as u64
+    (base * (0.8 + 0.4 * jitter)).round().max(1.0) as u64
 }
 
 fn eta_seconds(position: i64, rate: f64) -> Option<u64> {
@@ -520,12 +523,32 @@ mod tests {
     fn poll_interval_grows_with_the_eta_within_bounds() {
         assert_eq!(poll_after(Some(0), 0.5), 1);
         assert_eq!(poll_after(Some(40), 0.5), 10);
-        assert_eq!(poll_after(Some(1_000_000), 0.99), 30);
-        assert_eq!(poll_after(None, 0.0), 24);
+        assert_eq!(poll_after(Some(1_000_000), 0.0), 24);
+        assert_eq!(poll_after(Some(1_000_000), 0.99), 36);
+        assert_eq!(poll_after(None, 0.5), 30);
         for jitter in [0.0, 0.3, 0.999] {
             let s = poll_after(Some(60), jitter);
             assert!((12..=18).contains(&s), "{s}");
         }
+    }
+
+    /// Fans who joined together, far back in line, spread their next polls
+    /// over 24-36 s: no interval takes much more than its share (a
+    /// thirteenth), so a burst of joins does not come back as a burst of
+    /// polls.
+    #[test]
+    fn far_back_polls_spread_over_the_jitter() {
+        let mut counts = [0u32; 37];
+        let draws = 10_000;
+        for i in 0..draws {
+            counts[poll_after(Some(3_600), (f64::from(i) + 0.5) / f64::from(draws)) as usize] += 1;
+        }
+        let most = *counts.iter().max().unwrap();
+        assert!(
+            f64::from(most) < 0.1 * f64::from(draws),
+            "one interval takes {most} of {draws}: {counts:?}"
+        );
+        assert_eq!(counts[..24].iter().sum::<u32>(), 0, "{counts:?}");
     }
 
     /// Polls per second from a line of `fans` at `rate`, each polling when
