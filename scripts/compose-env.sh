@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Writes .env with random secrets for `docker compose up` (compose.yaml has no
-# defaults that work). Keeps an existing .env.
+# Writes the secrets compose.yaml needs, random, into .env (or FILE) for
+# `docker compose up`: compose.yaml has no defaults and no secret in it
+# (every one is ${NAME:?run scripts/compose-env.sh first}). Keeps the values
+# an existing file has and adds only the ones it lacks, so it is safe to run
+# again after compose.yaml gains a secret.
+#   scripts/compose-env.sh [FILE]
+# scripts/check_compose.py reads SECRETS below (the names this writes) and
+# checks them against compose.yaml's ${NAME:?…}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -f .env ] && { echo ".env exists; keeping it"; exit 0; }
+file=${1:-.env}
+SECRETS="BOXOFFICE_SERVICE_TOKEN BOXOFFICE_QUEUE_SECRET BOXOFFICE_TICKET_SECRET BOXOFFICE_ADMIN_TOKEN PAYMENT_API_KEY POSTGRES_PASSWORD S3_ACCESS_KEY S3_SECRET_KEY"
 umask 077
-{
-  for name in BOXOFFICE_SERVICE_TOKEN BOXOFFICE_QUEUE_SECRET BOXOFFICE_TICKET_SECRET BOXOFFICE_ADMIN_TOKEN PAYMENT_API_KEY; do
-    echo "$name=$(openssl rand -hex 32)"
-  done
-} >.env
-echo "wrote .env (random secrets; keep it out of git)"
+touch "$file"
+added=0
+for name in $SECRETS; do
+  grep -q "^$name=" "$file" && continue
+  echo "$name=$(openssl rand -hex 32)" >>"$file"
+  added=$((added + 1))
+done
+echo "$file: $added secret(s) added (random; keep the file out of git)"

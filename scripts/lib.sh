@@ -176,3 +176,12 @@ ensure_kubernetes_validate() {
   say "installing kubernetes-validate (pip) for the Kubernetes manifest checks"
   python3 -m pip install -q --disable-pip-version-check 'kubernetes-validate==1.37.0'
 }
+
+# docker-compose v1 (Debian's Python package) checks compose.yaml's schema
+# and interpolation (`docker-compose config -q`) where Docker cannot run;
+# scripts/check_compose.py uses it when it is there.
+ensure_docker_compose_v1() {
+  command -v docker-compose >/dev/null && return
+  say "installing docker-compose v1 (Debian package) for the compose.yaml check"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null
+}

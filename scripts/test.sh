@@ -29,6 +29,9 @@ if [ $# -eq 0 ]; then
   ensure_kubernetes_validate
   cargo build --locked --bin gateway --bin admission --bin order-service
   python3 scripts/check_manifests.py
+  say "checking compose.yaml (statically, then its services run natively)"
+  ensure_docker_compose_v1
+  python3 scripts/check_compose.py --run
   say "checking that the SQL's offline data in .sqlx/ is current"
   sqlx_offline_data --check
 fi
