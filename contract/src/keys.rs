@@ -59,6 +59,10 @@ impl EventKeys {
     pub fn stock(&self) -> String {
         self.key("stock")
     }
+    /// Held by the one admin write of the event in progress.
+    pub fn write_lock(&self) -> String {
+        self.key("write-lock")
+    }
     pub fn jti(&self, jti: &str) -> String {
         self.key(&format!("jti:{jti}"))
     }
@@ -166,6 +170,7 @@ mod tests {
             keys.admit(),
             keys.lease(),
             keys.stock(),
+            keys.write_lock(),
             keys.jti("x"),
         ] {
             assert!(key.starts_with("bo:{rock-1}:"), "{key}");

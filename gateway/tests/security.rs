@@ -732,6 +732,67 @@ async fn an_admin_write_after_redis_lost_the_event_keeps_its_published_seed(
 /// or it has opened: a PUT that leaves `identity` out (a PUT replaces every
 /// setting) must not quietly make an anonymous sale `declared`, where
 /// anyone could act as any fan by its id.
+/// Admin writes of one event that come at once (two operators, two
+/// admission replicas) all reach PostgreSQL's copy of its settings, which
+/// is what a Redis loss restores: after a burst of PATCHes of different
+/// fields, the copy is exactly what Redis holds. (Each write read the
+/// settings, kept the whole in PostgreSQL, then wrote Redis; interleaved,
+/// the copy lost some of them.)
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn concurrent_admin_writes_all_reach_the_kept_settings(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start_with(options, connect, false).await;
+    stack.create_event("tuned", 10, 50.0, 2).await;
+    let mut redis = redis::Client::open(common::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let config = boxoffice_contract::keys::EventKeys::new(&stack.prefix, "tuned").config();
+    for round in 0..3 {
+        let patches = (0..12).map(|i| {
+            let body = match i % 3 {
+                0 => json!({ "admission_rate_per_s": 10.0 + f64::from(i + 100 * round) }),
+                1 => json!({ "max_active": 500 + i + 100 * round }),
+                _ => json!({ "pow_bits": (i + round) % 4 }),
+            };
+            stack
+                .http
+                .patch(format!("{}/admin/v1/events/tuned", stack.admission))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&body)
+                .send()
+        });
+        for response in futures_util::future::join_all(patches).await {
+            let response = response.unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::OK,
+                "{:?}",
+                response.text().await
+            );
+        }
+        let live: std::collections::BTreeMap<String, String> =
+            redis::AsyncCommands::hgetall(&mut redis, &config)
+                .await
+                .unwrap();
+        let (kept,): (Value,) =
+            sqlx::query_as("SELECT settings FROM events WHERE event_id = 'tuned'")
+                .fetch_one(&stack.pool)
+                .await
+                .unwrap();
+        let kept: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(kept).unwrap();
+        assert_eq!(
+            kept, live,
+            "round {round}: the kept copy differs from Redis"
+        );
+    }
+    stack.stop().await;
+}
+
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
 async fn an_events_identity_cannot_change_once_fans_are_in_line(
     options: PgPoolOptions,

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use boxoffice_contract::event::{now_ms, Adaptive, EventConfig, EventState, Identity};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{events_key, EventKeys};
+use boxoffice_contract::redis_link::RedisLink;
 use boxoffice_contract::Problem;
 use chrono::{DateTime, Utc};
 use redis::AsyncCommands;
@@ -101,6 +102,72 @@ fn check_adaptive(a: &Adaptive) -> Result<(), Problem> {
         return Err(invalid("adaptive", "thresholds must be positive"));
     }
     Ok(())
+}
+
+/// One admin write (PUT or PATCH) of an event at a time, across admission
+/// replicas. Each reads what the event is, keeps the whole of its settings
+/// in PostgreSQL (what a Redis loss restores), then writes Redis; two
+/// interleaved left PostgreSQL's copy without one of them. The lock lapses
+/// after [`WriteLock::HELD_MS`] if its holder dies, and only its holder
+/// releases it.
+struct WriteLock {
+    redis: RedisLink,
+    key: String,
+    token: String,
+}
+
+impl WriteLock {
+    /// Longer than a write takes: two calls to the order service (5 s
+    /// timeout each) and a few Redis commands.
+    const HELD_MS: u64 = 15_000;
+    /// How long a write waits for the one before it.
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+    async fn take(state: &AppState, event_id: &str) -> Result<Self, Problem> {
+        let mut redis = state.redis.clone();
+        let key = EventKeys::new(&state.config.redis_prefix, event_id).write_lock();
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let deadline = std::time::Instant::now() + Self::WAIT;
+        loop {
+            let taken: Option<String> = redis::cmd("SET")
+                .arg(&key)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(Self::HELD_MS)
+                .query_async(&mut redis)
+                .await
+                .map_err(redis_down)?;
+            if taken.is_some() {
+                return Ok(Self { redis, key, token });
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Problem::unavailable(
+                    "event-busy",
+                    "another admin write of this event is in progress; try again",
+                    1,
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn release(mut self) {
+        static RELEASE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+            redis::Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+            )
+        });
+        if let Err(error) = RELEASE
+            .key(&self.key)
+            .arg(&self.token)
+            .invoke_async::<i32>(&mut self.redis)
+            .await
+        {
+            // It lapses by itself.
+            tracing::warn!(%error, "could not release an event's write lock");
+        }
+    }
 }
 
 mod defaults {
@@ -214,7 +281,7 @@ fn check_rate(rate: f64) -> Result<(), Problem> {
         (status = 409, description = "`capacity-below-sold`; `seed-published` (the event has opened, so its shuffle seed is public: `opens_at` cannot move into the future again); `identity-fixed` (fans are in line or the event has opened: its `identity` cannot change)", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid-field`, `invalid-body`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`; `event-busy` (another admin write of this event is in progress: try again)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub(super) async fn put_event(
@@ -223,9 +290,21 @@ pub(super) async fn put_event(
     Path(event_id): Path<String>,
     Json(spec): Json<EventSpec>,
 ) -> Result<Response, Problem> {
+    check_event_id(&event_id)?;
+    let lock = WriteLock::take(&state, &event_id).await?;
+    let put = replace_event(state, trace, event_id, spec).await;
+    lock.release().await;
+    put
+}
+
+async fn replace_event(
+    state: AppState,
+    trace: Option<axum::Extension<TraceContext>>,
+    event_id: String,
+    spec: EventSpec,
+) -> Result<Response, Problem> {
     // The request's trace, handed to each call to the order service.
     let trace = trace.map_or_else(TraceContext::root, |t| t.0);
-    check_event_id(&event_id)?;
     let mut config = spec.validate()?;
     // A replaced event keeps its shuffle seed: its commitment may already be public.
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
@@ -397,7 +476,7 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Adapt
         (status = 404, description = "`unknown-event`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid-field`, `invalid-body`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`upstream-unavailable`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`upstream-unavailable`; `event-busy` (another admin write of this event is in progress: try again)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub(super) async fn patch_event(
@@ -406,8 +485,20 @@ pub(super) async fn patch_event(
     Path(event_id): Path<String>,
     Json(patch): Json<EventPatch>,
 ) -> Result<axum::Json<EventView>, Problem> {
-    let trace = trace.map_or_else(TraceContext::root, |t| t.0);
     check_event_id(&event_id)?;
+    let lock = WriteLock::take(&state, &event_id).await?;
+    let patched = tune_event(state, trace, event_id, patch).await;
+    lock.release().await;
+    patched
+}
+
+async fn tune_event(
+    state: AppState,
+    trace: Option<axum::Extension<TraceContext>>,
+    event_id: String,
+    patch: EventPatch,
+) -> Result<axum::Json<EventView>, Problem> {
+    let trace = trace.map_or_else(TraceContext::root, |t| t.0);
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
     if !redis
