@@ -76,13 +76,6 @@ impl From<ConnectionManager> for RedisLink {
     }
 }
 
-impl RedisLink {
-    /// Whether this is a Redis Cluster.
-    pub fn is_cluster(&self) -> bool {
-        matches!(self, Self::Cluster(_))
-    }
-}
-
 impl ConnectionLike for RedisLink {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
