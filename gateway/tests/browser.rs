@@ -117,15 +117,8 @@ async fn wait_js(
 
 async fn admin_view(stack: &Stack, event_id: &str) -> serde_json::Value {
     stack
-        .http
-        .get(format!("{}/admin/v1/events/{event_id}", stack.admission))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
+        .admin_get(&format!("/admin/v1/events/{event_id}"))
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]

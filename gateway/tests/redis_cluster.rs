@@ -230,16 +230,7 @@ async fn a_sale_runs_on_a_redis_cluster_with_events_on_every_node(
             .await
             .unwrap();
         assert_eq!(patched.status(), StatusCode::OK);
-        let view: serde_json::Value = stack
-            .http
-            .get(format!("{}/admin/v1/events/{event}", stack.admission))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let view = stack.admin_get(&format!("/admin/v1/events/{event}")).await;
         assert_eq!(view["paused"], true, "{view}");
         assert_eq!(
             (&view["sold"], &view["remaining"]),
@@ -247,16 +238,7 @@ async fn a_sale_runs_on_a_redis_cluster_with_events_on_every_node(
             "{view}"
         );
     }
-    let listed: serde_json::Value = stack
-        .http
-        .get(format!("{}/admin/v1/events", stack.admission))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = stack.admin_get("/admin/v1/events").await;
     for (event, _) in &events {
         assert!(listed.to_string().contains(event.as_str()), "{listed}");
     }

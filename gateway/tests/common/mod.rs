@@ -379,6 +379,19 @@ impl Stack {
             .unwrap()
     }
 
+    /// GET `path` of the admin API with the admin token: its JSON body.
+    pub async fn admin_get(&self, path: &str) -> Value {
+        self.http
+            .get(format!("{}{path}", self.admission))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// The public view of an event (`GET /v1/events/{id}`).
     pub async fn public_event(&self, event_id: &str) -> Value {
         self.get_json(format!("{}/v1/events/{event_id}", self.gateway))
