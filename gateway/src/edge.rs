@@ -77,11 +77,11 @@ const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 /// Wraps the routes in the protective layers configured in `config`.
 pub fn protect(routes: Router, config: &Config) -> Router {
+    // Who the client is, and whose headers are believed: the same for the
+    // per-IP limit, the per-client places and the trace.
+    let clients = ClientIp::new(config.trusted_proxies.clone(), config.forwarded_header);
     let per_ip = GovernorConfigBuilder::default()
-        .key_extractor(ClientIp::new(
-            config.trusted_proxies.clone(),
-            config.forwarded_header,
-        ))
+        .key_extractor(clients.clone())
         .per_millisecond((1000 / config.per_ip_rate.max(1)).max(1))
         .burst_size(config.per_ip_burst.max(1))
         .finish()
@@ -96,7 +96,7 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(axum::middleware::from_fn_with_state(
-            ClientIp::new(config.trusted_proxies.clone(), config.forwarded_header),
+            clients.clone(),
             foreign_trace,
         ))
         .layer(axum::middleware::from_fn_with_state(
@@ -105,10 +105,7 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         ))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
         .layer(axum::middleware::from_fn_with_state(
-            std::sync::Arc::new(PerClient::new(
-                ClientIp::new(config.trusted_proxies.clone(), config.forwarded_header),
-                config.per_client_in_flight,
-            )),
+            std::sync::Arc::new(PerClient::new(clients, config.per_client_in_flight)),
             per_client,
         ))
         .layer(HandleErrorLayer::new(shed))
