@@ -10,7 +10,8 @@ Static (always):
 2. Every BoxOffice service runs a real binary, subcommand and flags, is
    given every required flag, and every env var it sets is one its binary
    reads (from the binary's own --help, as scripts/check_manifests.py does:
-   its parser and its EXTRA_ENV list are reused).
+   its --help parser, its check of the flags and its EXTRA_ENV list are
+   reused).
 3. Every long-running service has a health check and restart: unless-stopped;
    every depends_on names a service with a condition that service can meet
    (service_healthy: it has a health check; service_completed_successfully:
@@ -60,7 +61,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import check_manifests as manifests  # noqa: E402  (its --help parser and EXTRA_ENV)
+import check_manifests as manifests  # noqa: E402  (its --help parser, parse_flags and EXTRA_ENV)
 
 ROOT = manifests.ROOT
 COMPOSE = ROOT / "compose.yaml"
@@ -157,25 +158,10 @@ class Box:
             problem(where, f"{self.binary!r} is not a BoxOffice binary")
             return
         self.argv = rest
-        self.flags = {}
-        i = 0
-        while i < len(rest):
-            arg = rest[i]
-            if not arg.startswith("--"):
-                problem(where, f"stray argument {arg!r}")
-                i += 1
-                continue
-            flag, _, inline = arg[2:].partition("=")
-            spec = self.cli.flags.get(flag)
-            if spec is None or flag in ("help", "version"):
-                problem(where, f"{self.binary} {self.sub or ''} has no flag --{flag}".replace("  ", " "))
-                i += 1
-                continue
-            if spec["value"] and not inline:
-                i += 1
-                inline = rest[i] if i < len(rest) else None
-            self.flags[flag] = inline
-            i += 1
+        run = f"{self.binary} {self.sub}" if self.sub else self.binary
+        self.flags, found = manifests.parse_flags(self.cli, run, rest)
+        for message in found:
+            problem(where, message)
         self.env = env_of(service)
         for key in self.env:
             if key not in self.cli.env_names() and not manifests.extra_env_allowed(self.binary, self.sub, key):

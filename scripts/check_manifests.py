@@ -149,6 +149,34 @@ def load_clis(bin_dir):
     return clis, subcommands
 
 
+def parse_flags(cli, run, argv):
+    """The flags of `argv` (what follows the binary and subcommand) against
+    `cli`: ({flag: value}, [problems]). A flag taking a value has the rest of
+    `--flag=value` or the next argument; a flag without one has "". --help
+    and --version do not run the service, so they are problems too."""
+    flags, found = {}, []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if not arg.startswith("--"):
+            found.append(f"{run}: unexpected argument {arg!r}")
+            continue
+        name, eq, value = arg[2:].partition("=")
+        spec = cli.flags.get(name)
+        if spec is None or name in ("help", "version"):
+            found.append(f"{run} has no flag --{name}")
+            continue
+        if spec["value"] and not eq:
+            if i == len(argv):
+                found.append(f"{run}: --{name} needs a value")
+                continue
+            value = argv[i]
+            i += 1
+        flags[name] = value
+    return flags, found
+
+
 def check_extra_env_sources():
     for _, _, _, path, needle in EXTRA_ENV:
         source = ROOT / path
@@ -284,20 +312,8 @@ def check_container(where, pod_spec, annotations, container, configmaps, clis, s
     run = f"{binary} {sub}" if sub else binary
 
     # Flags on the command line.
-    i = 0
-    while i < len(rest):
-        arg = rest[i]
-        if not arg.startswith("--"):
-            problem(where, f"{run}: unexpected argument {arg!r}")
-            i += 1
-            continue
-        name = arg[2:].split("=", 1)[0]
-        flag = cli.flags.get(name)
-        if flag is None:
-            problem(where, f"{run} has no flag --{name}")
-        elif flag["value"] and "=" not in arg:
-            i += 1
-        i += 1
+    for found in parse_flags(cli, run, rest)[1]:
+        problem(where, found)
 
     # Env names.
     eff = Effective(where, container, configmaps)

@@ -19,12 +19,13 @@ export REDIS_URL=redis://127.0.0.1:6379
 export DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 if [ $# -eq 0 ]; then
-  say "checking formatting and lints (cargo fmt, clippy -D warnings, pyflakes)"
+  say "checking formatting and lints (cargo fmt, clippy -D warnings, pyflakes), the scripts' unit tests"
   ensure_rust_components
   cargo fmt --all --check
   cargo clippy --workspace --all-targets --locked -- -D warnings
   ensure_pyflakes
   pyflakes3 scripts/*.py
+  python3 -m unittest discover -s scripts -p 'test_*.py'
   say "checking the Kubernetes manifests"
   ensure_kubernetes_validate
   cargo build --locked --bin gateway --bin admission --bin order-service
