@@ -137,6 +137,147 @@ fn alert_rules_pass_promtool_and_the_dashboard_queries_boxoffice_series() {
     }
 }
 
+/// Readings of shared state that every replica exports alike: admission's
+/// of each event (from Redis), the order service's of the outbox (from
+/// PostgreSQL), each worker's lag of every partition (from the broker).
+const SHARED_READINGS: [&str; 8] = [
+    "boxoffice_queue_length",
+    "boxoffice_active",
+    "boxoffice_admitted_total",
+    "boxoffice_admission_rate",
+    "boxoffice_queue_oldest_wait_seconds",
+    "boxoffice_outbox_backlog",
+    "boxoffice_outbox_oldest_age_seconds",
+    "boxoffice_consumer_lag",
+];
+
+/// `expr` with every `boxoffice_…` selector narrowed to `pod="a"`.
+fn only_pod_a(expr: &str) -> String {
+    let mut out = String::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("boxoffice_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(tail.len());
+        out.push_str(&rest[..at + end]);
+        rest = &tail[end..];
+        match rest.strip_prefix('{') {
+            Some(labels) => {
+                out.push_str("{pod=\"a\",");
+                rest = labels;
+            }
+            None => out.push_str("{pod=\"a\"}"),
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A dashboard panel reads shared state the same with two replicas as with
+/// one: each query of a shared reading, over two pods exporting the same
+/// values, equals the same query over pod `a` alone (promtool evaluates it).
+#[test]
+fn the_dashboard_reads_shared_state_once_with_two_replicas() {
+    let (_, text) = &monitoring_files()[1];
+    let dashboard: Value = serde_json::from_str(text).unwrap();
+    let mut tests = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap().replace("$event", ".*");
+            let names = metric_names(&expr);
+            if !names.iter().any(|n| SHARED_READINGS.contains(&n.as_str())) {
+                continue;
+            }
+            assert!(
+                names.iter().all(|n| SHARED_READINGS.contains(&n.as_str())),
+                "{}: a query mixes shared readings with per-process series: {expr}",
+                panel["title"]
+            );
+            let one = only_pod_a(&expr);
+            // 0 when every series of both pods has its twin of pod a alone,
+            // with the same value; nothing (a failure too) when either is empty.
+            let differing = format!(
+                "sum(({expr}) != bool ({one})) + count({expr}) - count(({expr}) == bool ({one}))"
+            );
+            tests.push(serde_json::json!({
+                "name": format!("{} {}", panel["title"].as_str().unwrap(), target["refId"]),
+                "interval": "15s",
+                "input_series": input_series_of_two_pods(),
+                "promql_expr_test": [{
+                    "expr": differing,
+                    "eval_time": "10m",
+                    "exp_samples": [{ "labels": "{}", "value": 0 }],
+                }],
+            }));
+        }
+    }
+    assert!(
+        tests.len() >= 6,
+        "{} queries of shared readings",
+        tests.len()
+    );
+    let file = std::env::temp_dir().join(format!(
+        "boxoffice-dashboard-{}.test.json",
+        uuid::Uuid::new_v4()
+    ));
+    let spec =
+        serde_json::json!({ "rule_files": [], "evaluation_interval": "15s", "tests": tests });
+    std::fs::write(&file, spec.to_string()).unwrap();
+    let out = std::process::Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        out.status.success(),
+        "a dashboard query counts a shared reading once per replica: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every shared reading as pods `a` and `b` export it: the same values
+/// (only the leader, pod a, knows the admission rate).
+fn input_series_of_two_pods() -> Vec<Value> {
+    let mut series = Vec::new();
+    for pod in ["a", "b"] {
+        for (name, labels, values) in [
+            ("boxoffice_queue_length", r#"event="e1","#, "5000-10x40"),
+            ("boxoffice_active", r#"event="e1","#, "300x40"),
+            ("boxoffice_admitted_total", r#"event="e1","#, "0+600x40"),
+            (
+                "boxoffice_queue_oldest_wait_seconds",
+                r#"event="e1","#,
+                "30+15x40",
+            ),
+            ("boxoffice_outbox_backlog", "", "12x40"),
+            ("boxoffice_outbox_oldest_age_seconds", "", "3x40"),
+            (
+                "boxoffice_consumer_lag",
+                r#"topic="order-events",partition="0","#,
+                "40+2x40",
+            ),
+            (
+                "boxoffice_consumer_lag",
+                r#"topic="order-events",partition="1","#,
+                "25x40",
+            ),
+        ] {
+            series.push(serde_json::json!({
+                "series": format!("{name}{{{labels}instance=\"{pod}:8080\",pod=\"{pod}\"}}"),
+                "values": values,
+            }));
+        }
+    }
+    series.push(serde_json::json!({
+        "series": r#"boxoffice_admission_rate{event="e1",instance="a:8080",pod="a"}"#,
+        "values": "100x40",
+    }));
+    series
+}
+
 /// `name{labels} value` lines of a Prometheus text exposition.
 fn samples(text: &str) -> Vec<(String, HashMap<String, String>, f64)> {
     text.lines()
