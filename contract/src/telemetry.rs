@@ -154,6 +154,13 @@ pub async fn traced(
     request: Request,
     next: Next,
 ) -> Response {
+    traced_as(service, request, next).await
+}
+
+/// [`traced`] called from a service's own middleware, for one that first
+/// looks at the request itself (the gateway drops an untrusted client's
+/// `traceparent` here, in the same layer).
+pub async fn traced_as(service: &'static str, request: Request, next: Next) -> Response {
     observe_as(Some(service), request, next).await
 }
 

@@ -57,38 +57,40 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
-/// The hops of the one header the proxies write, first (the client as the
-/// first proxy saw it) to last; `None` for one that cannot be read. The
-/// other header is never read: a proxy that only appends to one passes the
-/// client's own copy of the other through.
-fn hops(headers: &HeaderMap, header: ForwardedHeader) -> Vec<Option<IpAddr>> {
-    let values = |name: &str| -> Vec<String> {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::to_owned)
-            .collect()
+/// The hops of the one header the proxies write, last (the nearest proxy's
+/// peer) to first; `None` for one that cannot be read. The other header is
+/// never read: a proxy that only appends to one passes the client's own copy
+/// of the other through. Walked in place, nothing copied.
+fn hops_nearest_first(
+    headers: &HeaderMap,
+    header: ForwardedHeader,
+) -> impl Iterator<Item = Option<IpAddr>> + '_ {
+    let name = match header {
+        ForwardedHeader::XForwardedFor => "x-forwarded-for",
+        ForwardedHeader::Forwarded => "forwarded",
     };
-    match header {
-        ForwardedHeader::XForwardedFor => {
-            values("x-forwarded-for").iter().map(|h| hop(h)).collect()
-        }
-        ForwardedHeader::Forwarded => values("forwarded")
-            .iter()
-            .map(|element| {
-                // An element without `for=` names no client: unreadable.
-                element.split(';').find_map(|pair| {
-                    let (name, value) = pair.split_once('=')?;
-                    name.trim()
-                        .eq_ignore_ascii_case("for")
-                        .then(|| hop(value))?
-                })
-            })
-            .collect(),
-    }
+    headers
+        .get_all(name)
+        .iter()
+        .rev()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.rsplit(','))
+        .map(move |element| match header {
+            ForwardedHeader::XForwardedFor => hop(element),
+            // An element without `for=` names no client: unreadable.
+            ForwardedHeader::Forwarded => element.split(';').find_map(|pair| {
+                let (name, value) = pair.split_once('=')?;
+                name.trim()
+                    .eq_ignore_ascii_case("for")
+                    .then(|| hop(value))?
+            }),
+        })
 }
+
+/// The client's key, found once per request by the outermost layer (see
+/// [`crate::edge`]) and read by the limits after it.
+#[derive(Clone, Copy, Debug)]
+pub struct Client(pub IpAddr);
 
 impl ClientIp {
     pub fn new(trusted: Vec<IpNet>, header: ForwardedHeader) -> Self {
@@ -115,7 +117,7 @@ impl ClientIp {
         }
         // From the nearest hop outwards, past our own proxies.
         let mut client = peer;
-        for hop in hops(headers, self.header).into_iter().rev() {
+        for hop in hops_nearest_first(headers, self.header) {
             match hop {
                 Some(ip) if self.is_trusted(ip) => client = ip,
                 Some(ip) => return key(ip),
@@ -132,6 +134,9 @@ impl KeyExtractor for ClientIp {
     type Key = IpAddr;
 
     fn extract<T>(&self, request: &Request<T>) -> Result<IpAddr, GovernorError> {
+        if let Some(Client(client)) = request.extensions().get::<Client>() {
+            return Ok(*client);
+        }
         let peer = request
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()

@@ -1,7 +1,9 @@
 //! The gateway's protective layers, outermost first:
 //!
-//! 1. request id and trace: every request gets an `x-request-id` (or keeps the
-//!    caller's), echoed in the answer, and a W3C trace context (a new trace,
+//! 1. request id, client and trace: every request gets an `x-request-id` (or
+//!    keeps the caller's), echoed in the answer; its client address is found
+//!    once, for the limits below ([`crate::client_ip`]); and it gets a W3C
+//!    trace context (a new trace,
 //!    or the `traceparent` of a trusted proxy: a client's own is dropped, so
 //!    it can neither choose trace ids nor turn sampling off for its
 //!    requests); both are recorded on the request's log
@@ -12,13 +14,13 @@
 //! 2. per-IP rate limit (`tower_governor`, keyed by [`crate::client_ip`]):
 //!    past the quota, 429 `rate-limited` with `Retry-After`, before any work
 //!    is done; idle addresses are forgotten every minute;
-//! 3. per-client concurrency: one address has at most `per_client_in_flight`
+//! 3. places, in one layer: one address has at most `per_client_in_flight`
 //!    requests in flight (429 past it), so trickled bodies from one address
-//!    cannot take the global places;
-//! 4. load shedding: at most `max_in_flight` requests are handled at once; the
-//!    next gets 503 `overloaded` with `Retry-After` at once instead of queueing;
-//! 5. a deadline for the whole request: 503 `overloaded` when it passes;
-//! 6. a body limit (larger bodies are 413 `payload-too-large`) and a body
+//!    cannot take the global places; and at most `max_in_flight` requests
+//!    are handled at once (load shedding: the next gets 503 `overloaded`
+//!    with `Retry-After` at once instead of queueing);
+//! 4. a deadline for the whole request: 503 `overloaded` when it passes;
+//! 5. a body limit (larger bodies are 413 `payload-too-large`) and a body
 //!    read timeout.
 //!
 //! `/healthz`, `/readyz` and `/metrics` go around all of them. Headers must
@@ -40,7 +42,7 @@ use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::{GovernorError, GovernorLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
-use crate::client_ip::ClientIp;
+use crate::client_ip::{Client, ClientIp};
 use crate::Config;
 
 /// Every minute, drops the per-IP state of addresses that are back to a full
@@ -95,22 +97,21 @@ pub fn protect(routes: Router, config: &Config) -> Router {
     let protected = ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(axum::middleware::from_fn_with_state(
-            clients.clone(),
-            foreign_trace,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            telemetry::Service(crate::SERVICE),
-            telemetry::traced,
-        ))
+        .layer(axum::middleware::from_fn_with_state(clients.clone(), traced))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
         .layer(axum::middleware::from_fn_with_state(
-            std::sync::Arc::new(PerClient::new(clients, config.per_client_in_flight)),
-            per_client,
+            std::sync::Arc::new(Places {
+                per_client: std::sync::Arc::new(PerClient::new(
+                    clients,
+                    config.per_client_in_flight,
+                )),
+                global: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                    config.max_in_flight.max(1),
+                )),
+            }),
+            take_a_place,
         ))
         .layer(HandleErrorLayer::new(shed))
-        .load_shed()
-        .concurrency_limit(config.max_in_flight.max(1))
         .timeout(Duration::from_millis(config.request_timeout_ms))
         .service(
             routes
@@ -141,26 +142,33 @@ pub fn protect(routes: Router, config: &Config) -> Router {
     Router::new().fallback_service(steer)
 }
 
-/// A trace is continued only from a trusted proxy (one that traces, in
-/// front of the gateway). Anyone else's `traceparent` and `tracestate` are
-/// dropped before the trace layer: a client that chose its own trace id
+/// The request's span, trace and HTTP metrics ([`telemetry::traced_as`]),
+/// and who the client is: found here once ([`Client`]) for the limits after
+/// this layer. A trace is continued only from a trusted proxy (one that
+/// traces, in front of the gateway). Anyone else's `traceparent` and
+/// `tracestate` are dropped first: a client that chose its own trace id
 /// could pile its requests onto another's trace, and its sampled flag would
 /// turn tracing off for them.
-async fn foreign_trace(
+async fn traced(
     State(clients): State<ClientIp>,
     mut request: axum::extract::Request,
     next: Next,
 ) -> Response {
-    let trusted = request
+    let peer = request
         .extensions()
         .get::<ConnectInfo<std::net::SocketAddr>>()
-        .is_some_and(|ConnectInfo(peer)| clients.is_trusted(peer.ip()));
+        .map(|ConnectInfo(peer)| peer.ip());
+    let trusted = peer.is_some_and(|peer| clients.is_trusted(peer));
+    if let Some(peer) = peer {
+        let client = Client(clients.of(peer, request.headers()));
+        request.extensions_mut().insert(client);
+    }
     if !trusted {
         let headers = request.headers_mut();
         headers.remove("traceparent");
         headers.remove("tracestate");
     }
-    next.run(request).await
+    telemetry::traced_as(crate::SERVICE, request, next).await
 }
 
 fn rate_limited(error: GovernorError) -> Response {
@@ -183,12 +191,10 @@ fn rate_limited(error: GovernorError) -> Response {
     }
 }
 
-/// Load shed and deadline errors; the only errors the stack can produce.
+/// Deadline errors; the only errors the stack can produce.
 async fn shed(error: BoxError) -> Problem {
     if error.is::<tower::timeout::error::Elapsed>() {
         Problem::unavailable("overloaded", "the request took too long; try again", 1)
-    } else if error.is::<tower::load_shed::error::Overloaded>() {
-        Problem::unavailable("overloaded", "the gateway is at capacity; try again", 1)
     } else {
         tracing::error!(%error, "middleware error");
         Problem::internal()
@@ -247,25 +253,43 @@ impl Drop for InFlight {
     }
 }
 
-async fn per_client(
-    axum::extract::State(limit): axum::extract::State<std::sync::Arc<PerClient>>,
+/// A place for the request: one of its client's (`per_client_in_flight`,
+/// 429 past it) and one of the gateway's (`max_in_flight`: 503 `overloaded`
+/// at once past it, rather than queueing), both given back when it is
+/// answered.
+struct Places {
+    per_client: std::sync::Arc<PerClient>,
+    global: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+async fn take_a_place(
+    State(places): State<std::sync::Arc<Places>>,
     request: axum::extract::Request,
-    next: axum::middleware::Next,
+    next: Next,
 ) -> Response {
     use tower_governor::key_extractor::KeyExtractor;
-    let Ok(client) = limit.clients.extract(&request) else {
-        return next.run(request).await;
+    let mine = match places.per_client.clients.extract(&request) {
+        Ok(client) => match places.per_client.enter(client) {
+            Some(place) => Some(place),
+            None => {
+                return Problem::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate-limited",
+                    "too many requests from this address at once",
+                )
+                .retry_after(1)
+                .into_response()
+            }
+        },
+        Err(_) => None,
     };
-    match limit.enter(client) {
-        Some(_place) => next.run(request).await,
-        None => Problem::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate-limited",
-            "too many requests from this address at once",
-        )
-        .retry_after(1)
-        .into_response(),
-    }
+    let Ok(_ours) = places.global.clone().try_acquire_owned() else {
+        return Problem::unavailable("overloaded", "the gateway is at capacity; try again", 1)
+            .into_response();
+    };
+    let response = next.run(request).await;
+    drop(mine);
+    response
 }
 
 #[cfg(test)]
