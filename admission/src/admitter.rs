@@ -16,7 +16,8 @@ pub struct Gauges {
     pub active: u64,
     pub queue_length: u64,
     pub admitted_total: u64,
-    /// The rate in force: 0 while paused, closed, sold out or not yet open.
+    /// The rate in force, as the leader admits by (a standby reads the same
+    /// settings): 0 while paused, closed, sold out or not yet open.
     pub rate: f64,
 }
 
@@ -38,15 +39,15 @@ pub struct Admitter {
     tick: Duration,
 }
 
-/// Every replica reads the same Redis, so all export the counts; only the
-/// leader knows the rate in force.
-fn export(event: &str, gauges: &Gauges, leader: bool) {
+/// Every replica reads the same Redis, so all export the same readings, the
+/// rate in force included: a standby reads the settings the leader admits
+/// by, so a replica that led an event and lost it does not keep exporting
+/// the rate it last led at (`max by (event)` over replicas would read that).
+fn export(event: &str, gauges: &Gauges) {
     let label = [("event", event.to_owned())];
     metrics::gauge!("boxoffice_queue_length", &label).set(gauges.queue_length as f64);
     metrics::gauge!("boxoffice_active", &label).set(gauges.active as f64);
-    if leader {
-        metrics::gauge!("boxoffice_admission_rate", &label).set(gauges.rate);
-    }
+    metrics::gauge!("boxoffice_admission_rate", &label).set(gauges.rate);
     metrics::counter!("boxoffice_admitted_total", &label).absolute(gauges.admitted_total);
 }
 
@@ -128,7 +129,7 @@ impl Admitter {
         let mut results = Vec::with_capacity(events.len());
         for event in events {
             let (tick, gauges) = self.tick_with_gauges(&event, now_ms).await?;
-            export(&event, &gauges, matches!(tick, Tick::Led { .. }));
+            export(&event, &gauges);
             results.push((event, tick));
         }
         Ok(results)
