@@ -25,19 +25,28 @@ Static (always):
 5. If `docker-compose` (v1, Debian's package) is installed:
    `docker-compose config -q` with a generated env file.
 
---run: a fresh env file from compose-env.sh; each BoxOffice service (one
-replica of each: the others would take the same port) started natively from
-its compose command and environment, with only these overrides, printed:
-host addresses and ports (redis, postgres, the Kafka brokers, the S3 store,
-the services, 0.0.0.0 listeners → 127.0.0.1), the database name (a fresh
-one, dropped after), a unique BOXOFFICE_REDIS_PREFIX, the Kafka topics'
-RF/min ISR 1/1 (one local tansu broker), and the volumes' mount paths (a
-temp folder each); the working directory is a fresh temp folder, as the
-image's /var/lib/boxoffice. The keys one-shot runs natively; the bucket
-one-shot is a mkdir in the local s3s-fs. Then through the gateway: an event
-is made on the admin API, a fan joins, is admitted, buys 1 seat, and the
-order is confirmed with its tickets.pdf (200, found in the S3 bucket).
-Everything started is stopped on exit, the database and temp folders removed.
+--run: a fresh env file from compose-env.sh; every BoxOffice service of the
+file (each replica its own process: 2 gateways, 2 admission replicas, 2 ticket
+workers, …) started natively from its compose command and environment, each
+level of depends_on at once, with only these overrides, printed: host
+addresses and ports (redis, postgres, the Kafka brokers, the S3 store,
+0.0.0.0 listeners → 127.0.0.1), each service's listen port (replicas share
+one in compose; here each gets a free local port, and a service named in
+another's env, as http://order-service:8082, is its 127.0.0.1:<port>), the
+database name (a fresh one, dropped after), a unique BOXOFFICE_REDIS_PREFIX,
+the Kafka topics' RF/min ISR 1/1 (one local tansu broker), and the volumes'
+mount paths (a temp folder each); the working directory is a fresh temp
+folder, as the image's /var/lib/boxoffice. The keys one-shot runs natively;
+the bucket one-shot is a mkdir in the local s3s-fs. There is no nginx: the
+fan goes through the gateways in turn. An event is made on the admin API; the
+fan joins on the first gateway, is admitted and buys 1 seat on the second
+(they share Redis and the signing key), and the order is confirmed with its
+tickets.pdf (200 on the first, found in the S3 bucket). Then the replicas:
+exactly one admission replica holds the event's lease in Redis and every
+other ticks the event too (its /metrics exports the event's admitted total),
+and every ticket worker is a member of its group by its static member id,
+with partitions assigned (read from the broker's own store). Everything started is stopped on exit, the database and
+temp folders removed.
 
 Exits 1 and prints every problem when anything is wrong.
 """
@@ -50,6 +59,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -434,6 +444,56 @@ def http(method, url, token=None, body=None, headers=None):
         return error.code, error.headers, error.read()
 
 
+class EventKeys:
+    """contract/src/keys.rs's keys of one event (only the lease is read here)."""
+
+    def __init__(self, prefix, event):
+        self.lease = f"{prefix}:{{{event}}}:lease"
+
+
+def tansu_group(db, group):
+    """A consumer group as the local tansu broker keeps it in its SQLite
+    store: {group.instance.id or member id: [(topic, partition), …] assigned}.
+
+    Not DescribeGroups: tansu 0.6.0 with SQLite storage cannot decode its
+    own stored group to answer it (the connection is closed), and its answer
+    leaves out group.instance.id anyway. The store has each member's join
+    request, static id included, and the leader's assignment."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as connection:
+        rows = connection.execute(
+            "SELECT d.detail FROM consumer_group g JOIN consumer_group_detail d ON d.consumer_group = g.id "
+            "WHERE g.name = ?", (group,)).fetchall()
+    if not rows:
+        return {}
+    detail = json.loads(rows[0][0])
+    formed = (detail.get("state") or {}).get("Formed") or {}
+    assignments = formed.get("assignments") or {}
+    members = {}
+    for member_id, member in (detail.get("members") or {}).items():
+        instance = (member.get("join_response") or {}).get("group_instance_id") or member_id
+        members[instance] = consumer_assignment(bytes(assignments.get(member_id) or []))
+    return members
+
+
+def consumer_assignment(data):
+    """Kafka's consumer protocol assignment: [(topic, partition), …]."""
+    at, out = 2, []  # after the version
+
+    def read_int(n):
+        nonlocal at
+        at += n
+        return int.from_bytes(data[at - n:at], "big", signed=True)
+
+    if len(data) < 6:
+        return out
+    for _ in range(read_int(4)):
+        n = read_int(2)
+        topic = data[at:at + n].decode()
+        at += n
+        out.extend((topic, read_int(4)) for _ in range(read_int(4)))
+    return out
+
+
 class NativeRun:
     def __init__(self, doc, boxes, bin_dir):
         self.doc, self.boxes, self.bin_dir = doc, boxes, Path(bin_dir).resolve()
@@ -495,8 +555,8 @@ class NativeRun:
         value = re.sub(r"@postgres:5432/[A-Za-z0-9_]+", f"@127.0.0.1:5432/{self.database}", value)
         value = re.sub(r"//redis:6379", "//127.0.0.1:6379", value)
         value = re.sub(r"//minio:9000", f"//127.0.0.1:{self.s3_port}", value)
-        for name, box in self.boxes.items():
-            value = re.sub(rf"//{re.escape(name)}:(\d+)", r"//127.0.0.1:\1", value)
+        for name in self.boxes:
+            value = re.sub(rf"//{re.escape(name)}:\d+\b", f"//127.0.0.1:{self.ports[name]}", value)
         value = re.sub(r"^0\.0\.0\.0:", "127.0.0.1:", value)
         for mount, local in self.mounts.items():
             if value == mount or value.startswith(mount + "/"):
@@ -520,9 +580,20 @@ class NativeRun:
                     self.mounts[target] = self.tmp / "volumes" / source
                     self.mounts[target].mkdir(parents=True, exist_ok=True)
         self.start_infra()
+        # Each BoxOffice process its own local port: replicas share one in
+        # compose (each its own container), and the compose ports may be
+        # taken on this machine (scripts/up.sh uses the same ones).
+        self.ports = {}
+        for name in self.boxes:
+            port = free_port()
+            while port in self.ports.values():
+                port = free_port()
+            self.ports[name] = port
         overrides = [f"hosts: redis → 127.0.0.1:6379, postgres → 127.0.0.1:5432 (database {self.database}), "
                      f"kafka-1..3 → tansu 127.0.0.1:{self.kafka_port}, minio → s3s-fs 127.0.0.1:{self.s3_port}, "
-                     "the services → 127.0.0.1 (same ports), 0.0.0.0 listeners → 127.0.0.1",
+                     "0.0.0.0 listeners → 127.0.0.1",
+                     "listen ports (the health checks' and the service URLs' too): " + ", ".join(
+                         f"{n} {self.boxes[n].listen_port()[1]} → 127.0.0.1:{p}" for n, p in self.ports.items()),
                      f"BOXOFFICE_REDIS_PREFIX={self.redis_prefix} (where the binary reads it)",
                      "BOXOFFICE_KAFKA_REPLICATION_FACTOR=1, BOXOFFICE_KAFKA_MIN_INSYNC_REPLICAS=1 (one broker)",
                      "volumes: " + ", ".join(f"{m} → {p}" for m, p in self.mounts.items())]
@@ -539,31 +610,29 @@ class NativeRun:
         self.bucket = BUCKET_MADE.search(" ".join(services["bucket"]["entrypoint"])).group(1)
         (self.s3_root / self.bucket).mkdir()
 
-        # The BoxOffice services in depends_on order, one replica per port.
-        started, skipped, ports = [], [], {}
-        order = []
+        # Every BoxOffice service, each level of depends_on started at once
+        # and healthy before the next (as compose's service_healthy).
+        started = []
         remaining = list(self.boxes)
         while remaining:
             ready = [n for n in remaining if not (closure(services, n) & set(remaining))]
             if not ready:
                 raise RuntimeError(f"depends_on cycle among {remaining}")
-            order.extend(ready)
             remaining = [n for n in remaining if n not in ready]
-        for name in order:
-            box = self.boxes[name]
-            port = box.listen_port()[1]
-            if port in ports:
-                skipped.append(f"{name} (its port {port} is {ports[port]}'s here)")
-                continue
-            if port_open(port):
-                raise RuntimeError(f"port {port} ({name}) is already taken on this machine")
-            ports[port] = name
-            self.start_box(name, box)
-            started.append(name)
-        self.log(f"running natively: {', '.join(started)}; not run: {', '.join(skipped)}, and the "
-                 "infrastructure images (redis, postgres, kafka-1..3, minio) and the nginx proxy "
-                 "(replaced as above; the gateway is called directly)")
+            for name in ready:
+                if port_open(self.ports[name]):
+                    raise RuntimeError(f"port {self.ports[name]} ({name}) is already taken on this machine")
+            procs = {name: self.start_box(name, self.boxes[name]) for name in ready}
+            for name in ready:
+                self.wait_healthy(name, procs[name])
+            started.extend(ready)
+        proxies = sorted(n for n, s in services.items()
+                         if any("compose/nginx.conf" in str(v) for v in s.get("volumes") or []))
+        self.log(f"running natively: {', '.join(started)} ({len(started)} processes); not run: the "
+                 "infrastructure images (redis, postgres, kafka-1..3, minio, replaced as above) and the "
+                 f"nginx proxy ({', '.join(proxies)}: the gateways are called directly, in turn)")
         self.purchase()
+        self.check_replicas()
         for name, proc in self.procs:
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited with {proc.returncode}")
@@ -577,15 +646,27 @@ class NativeRun:
         for key in ("BOXOFFICE_KAFKA_REPLICATION_FACTOR", "BOXOFFICE_KAFKA_MIN_INSYNC_REPLICAS"):
             if key in env:
                 env[key] = "1"
-        argv = [str(self.bin_dir / box.binary)] + ([box.sub] if box.sub else [])
-        argv += [self.map_value(interpolate(a, self.secrets, f"services.{name}")) for a in box.argv]
+        args = [self.map_value(interpolate(a, self.secrets, f"services.{name}")) for a in box.argv]
+        listen = f"127.0.0.1:{self.ports[name]}"
+        if "listen" in box.flags:
+            at = next(i for i, a in enumerate(args) if a == "--listen" or a.startswith("--listen="))
+            if args[at] == "--listen":
+                args[at + 1] = listen
+            else:
+                args[at] = f"--listen={listen}"
+        else:
+            env[box.cli.flags["listen"]["env"]] = listen
+        argv = [str(self.bin_dir / box.binary)] + ([box.sub] if box.sub else []) + args
         workdir = self.tmp / "workdir" / name  # the image's /var/lib/boxoffice
         workdir.mkdir(parents=True)
         if problems:
             raise RuntimeError("interpolation failed")
-        proc = self.spawn(name, argv, env, workdir)
-        # Healthy as compose would judge it: its health check's URL answers 2xx.
-        port, path = health_url(box.service)
+        return self.spawn(name, argv, env, workdir)
+
+    def wait_healthy(self, name, proc):
+        """Healthy as compose would judge it: its health check's URL answers 2xx."""
+        _, path = health_url(self.boxes[name].service)
+        port = self.ports[name]
         deadline = time.time() + 60
         while time.time() < deadline:
             if proc.poll() is not None:
@@ -601,11 +682,15 @@ class NativeRun:
         raise RuntimeError(f"{name} not healthy (GET {path} on {port}) within 60 s")
 
     def purchase(self):
-        admin = next(b for b in self.boxes.values() if b.binary == "admission" and b.service.get("ports"))
-        admin_port = int(str(admin.service["ports"][0]).split(":")[0])
-        gateway = next(b for b in self.boxes.values() if b.binary == "gateway")
-        g = f"http://127.0.0.1:{gateway.listen_port()[1]}"
-        event = "compose-check"
+        # The admin API of the admission replica compose publishes it on.
+        admin = next(n for n, b in self.boxes.items() if b.binary == "admission" and b.service.get("ports"))
+        admin_port = self.ports[admin]
+        # No nginx: the fan's calls go to the gateways in turn (they share
+        # Redis and the signing key, so what one hands out the other takes).
+        gateways = sorted(n for n, b in self.boxes.items() if b.binary == "gateway")
+        first, second = gateways[0], gateways[-1]
+        g1, g2 = (f"http://127.0.0.1:{self.ports[n]}" for n in (first, second))
+        self.event = event = "compose-check"
         opens_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
         status, _, body = http("PUT", f"http://127.0.0.1:{admin_port}/admin/v1/events/{event}",
                                token=self.secrets["BOXOFFICE_ADMIN_TOKEN"],
@@ -615,7 +700,7 @@ class NativeRun:
                                      "identity": "declared"})
         if status not in (200, 201):
             raise RuntimeError(f"PUT the event: {status} {body[:300]!r}")
-        self.log(f"event {event} created on the admin API ({status})")
+        self.log(f"event {event} created on {admin}'s admin API ({status})")
 
         def call(method, url, token=None, body=None, headers=None, want=(200,)):
             for _ in range(20):
@@ -630,17 +715,17 @@ class NativeRun:
 
         deadline = time.time() + 30
         while True:  # the gateway sees the event within its cache time
-            status, _, data = http("POST", f"{g}/v1/events/{event}/queue", body={"fan_id": "compose-fan"})
+            status, _, data = http("POST", f"{g1}/v1/events/{event}/queue", body={"fan_id": "compose-fan"})
             if status in (200, 201) or time.time() > deadline:
                 break
             time.sleep(0.5)
         if status not in (200, 201):
             raise RuntimeError(f"join: {status} {data[:300]!r}")
         ticket = json.loads(data)["queue_ticket"]
-        self.log(f"joined the line ({status})")
+        self.log(f"joined the line on {first} ({status})")
         deadline = time.time() + 30
         while True:
-            _, data = call("GET", f"{g}/v1/events/{event}/queue/status", token=ticket)
+            _, data = call("GET", f"{g2}/v1/events/{event}/queue/status", token=ticket)
             state = json.loads(data)
             if state.get("state") == "admitted":
                 access = state["access_token"]
@@ -648,30 +733,76 @@ class NativeRun:
             if time.time() > deadline:
                 raise RuntimeError(f"not admitted within 30 s: {state}")
             time.sleep(0.6)
-        self.log("admitted")
-        _, data = call("POST", f"{g}/v1/events/{event}/orders", token=access, body={"quantity": 1},
+        self.log(f"admitted (queue status polled on {second})")
+        _, data = call("POST", f"{g2}/v1/events/{event}/orders", token=access, body={"quantity": 1},
                        headers={"Idempotency-Key": "compose-check-1"}, want=(202,))
         bought = json.loads(data)
         order_id, order_token = bought["order_id"], bought["order_token"]
-        self.log(f"bought 1 seat: order {order_id}")
+        self.log(f"bought 1 seat on {second}: order {order_id}")
         deadline = time.time() + 90
         while True:
-            _, data = call("GET", f"{g}/v1/orders/{order_id}", token=order_token)
+            _, data = call("GET", f"{g1}/v1/orders/{order_id}", token=order_token)
             order = json.loads(data)
             if order.get("status") == "confirmed" and order.get("tickets_issued") == order.get("quantity"):
                 break
             if time.time() > deadline:
                 raise RuntimeError(f"order not confirmed with its tickets within 90 s: {order}")
             time.sleep(0.5)
-        self.log("order confirmed, tickets issued")
-        status, h, pdf = http("GET", f"{g}/v1/orders/{order_id}/tickets.pdf", token=order_token)
+        self.log(f"order confirmed, tickets issued (polled on {first})")
+        status, h, pdf = http("GET", f"{g1}/v1/orders/{order_id}/tickets.pdf", token=order_token)
         if status != 200 or not pdf.startswith(b"%PDF-"):
             raise RuntimeError(f"tickets.pdf: {status} {pdf[:100]!r}")
         in_bucket = list((self.s3_root / self.bucket).rglob(f"{order_id}.pdf"))
         if not in_bucket:
             raise RuntimeError(f"the PDF is not in the bucket {self.bucket} the one-shot makes")
-        self.log(f"GET tickets.pdf: 200, {len(pdf)} bytes; in the bucket as "
+        self.log(f"GET tickets.pdf on {first}: 200, {len(pdf)} bytes; in the bucket as "
                  f"{in_bucket[0].relative_to(self.s3_root)}")
+
+    def check_replicas(self):
+        """Every replica took part: one admission replica leads the event and
+        the others tick it too; every ticket worker is in the group."""
+        admissions = sorted(n for n, b in self.boxes.items() if b.binary == "admission" and b.sub == "serve")
+        lease = EventKeys(self.redis_prefix, self.event).lease
+        holder = subprocess.run(["redis-cli", "-h", "127.0.0.1", "--raw", "get", lease],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        pids = {n: p.pid for n, p in self.procs if n in admissions}
+        # The lease holds the replica's id: host name, process id, a uuid.
+        m = re.search(r"-(\d+)-[0-9a-f]{32}$", holder)
+        leaders = [n for n, pid in pids.items() if m and int(m.group(1)) == pid]
+        if len(leaders) != 1:
+            raise RuntimeError(f"the lease {lease} is {holder!r}, held by none of {pids}")
+        for name in admissions:
+            _, _, text = http("GET", f"http://127.0.0.1:{self.ports[name]}/metrics")
+            text = text.decode(errors="replace")
+            readings = {metric: re.search(rf'^{metric}{{event="{self.event}"}} (\S+)$', text, re.M)
+                        for metric in ("boxoffice_admitted_total", "boxoffice_admission_rate")}
+            total = readings["boxoffice_admitted_total"]
+            if not total or float(total.group(1)) < 1:
+                raise RuntimeError(f"{name}'s /metrics does not show the event's admitted total: it does not tick it")
+            rate = readings["boxoffice_admission_rate"]
+            self.log(f"{name} {'leads' if name in leaders else 'stands by for'} {self.event} "
+                     f"(admitted total {total.group(1)}, rate in force {rate.group(1) if rate else '?'})")
+        self.log(f"exactly one admission replica holds the lease: {leaders[0]} ({holder})")
+
+        workers = {n: b.value("instance-id") for n, b in self.boxes.items()
+                   if b.binary == "order-service" and b.sub == "worker"}
+        groups = {b.value("group") for n, b in self.boxes.items() if n in workers}
+        if len(groups) != 1:
+            raise RuntimeError(f"the workers are in different groups {sorted(groups)}")
+        group = groups.pop()
+        deadline = time.time() + 30
+        while True:
+            members = tansu_group(self.tmp / "kafka" / "tansu.db", group)
+            missing = [n for n, instance in workers.items() if not members.get(instance)]
+            if not missing:
+                break
+            if time.time() > deadline:
+                raise RuntimeError(f"tansu's group {group} is {members}: "
+                                   f"{', '.join(missing)} not a member with partitions, by its static id")
+            time.sleep(0.5)
+        self.log(f"tansu's group {group}: every ticket worker is a member by its static id, with partitions: "
+                 + "; ".join(f"{instance} {', '.join(f'{t}/{p}' for t, p in members[instance])}"
+                             for instance in sorted(members)))
 
     def stop(self, failed):
         for name, proc in reversed(self.procs):
@@ -749,7 +880,7 @@ def main():
     try:
         run.run()
         failed = bool(problems)
-    except (RuntimeError, subprocess.CalledProcessError, OSError, KeyError, ValueError) as error:
+    except (RuntimeError, subprocess.CalledProcessError, OSError, KeyError, ValueError, sqlite3.Error) as error:
         print(f"check_compose --run: FAILED: {error}", file=sys.stderr)
     finally:
         run.stop(failed)
