@@ -90,7 +90,7 @@ say "writing BENCHMARKS.md"
   cat <<'TABLE'
 | benchmark | measures | against |
 | --- | --- | --- |
-| `cargo bench -p gateway --bench edge` | join and status with every protective layer (wrk); Redis memory for 1,000,000 queued fans | a bare axum handler doing one Redis round trip; a bare sorted set of the same ids |
+| `cargo bench -p gateway --bench edge` | join and status with every protective layer at their default limits, load spread over many addresses and fans: at saturation (wrk), at a fixed rate (open model, p99), and without the layers (A/B); Redis memory for 1,000,000 queued fans | a bare axum handler doing one ZRANK (status) or one ZADD of a new member (join); a bare sorted set of the same ids |
 | `cargo bench -p boxoffice-contract --bench tokens` | queue, access and order tokens signed and verified | raw Ed25519 |
 | `cargo bench -p gateway --bench purchase` | the token work's share of a purchase's CPU | the whole purchase (gateway, order service, Redis, PostgreSQL) |
 | `cargo bench -p order-service --bench pipeline` | confirmed orders/s through the saga; relay events/s | `pgbench` running the same SQL; a raw rdkafka producer with the same settings |
@@ -105,7 +105,7 @@ TABLE
   for s in edge tokens purchase pipeline workers sale; do
     [ -f "$OUT/$s.out" ] || continue
     case $s in
-      edge) echo "## Edge: join and status vs axum + one Redis round trip" ;;
+      edge) echo "## Edge: join and status vs axum + one ZADD / ZRANK" ;;
       tokens) echo "## Tokens: sign and verify vs raw Ed25519" ;;
       purchase) echo "## The token share of a purchase" ;;
       pipeline) echo "## Purchase pipeline vs pgbench; outbox relay vs a raw producer" ;;

@@ -1,22 +1,45 @@
-//! Edge benchmark: join and status against a bare axum handler doing one Redis
-//! round trip, measured in the same run with wrk; and Redis memory per queued
-//! fan at one million fans against a bare sorted set of the same ids.
+//! Edge benchmark: join and status through the production gateway against
+//! bare axum handlers doing the one Redis command each needs, measured in the
+//! same run; and Redis memory per queued fan at one million fans against a
+//! bare sorted set of the same ids.
+//!
+//! The gateway runs with its default limits (per IP, per fan, per client,
+//! in flight) behind a trusted proxy, and every request names another client
+//! address (`X-Forwarded-For` in 127.0.0.0/8) and, for status, another fan's
+//! ticket, so the limits are exercised rather than turned off. The same
+//! requests go to the baselines. Two measures:
+//!
+//! - saturation: `wrk -t1 -c64` for `BENCH_SECONDS`, req/s and p99;
+//! - a fixed offered rate below saturation (open model, latency measured from
+//!   each request's scheduled start, so a stall counts for every request it
+//!   delays): this bench binary again, as a second process, at
+//!   `BENCH_RATE_SHARE` (default 0.5) of the gateway's saturated rate, the
+//!   same rate for the baseline; p50, p99, p99.9.
+//!
+//! The A/B: the same routes served without the protective layers (the per-fan
+//! limit stays: it is in the handlers).
 //!
 //! `cargo bench -p gateway --bench edge` (needs `wrk` and the local Redis).
-//! Knobs: BENCH_SECONDS (default 8), BENCH_CONNECTIONS (64), BENCH_FANS (1000000).
+//! The gateway's telemetry is on as deployed (metrics recorder, request
+//! spans at `info`).
+//!
+//! Knobs: BENCH_SECONDS (default 8), BENCH_CONNECTIONS (64), BENCH_FANS
+//! (1000000, for the memory figure), BENCH_RATE_SHARE (0.5), BENCH_LOG (the
+//! log filter, `info`).
 
+use std::net::SocketAddr;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::routing::get;
-use axum::Router;
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use boxoffice_contract::event::{now_ms, EventConfig, Identity};
 use boxoffice_contract::keys::{events_key, EventKeys};
-use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
+use boxoffice_contract::token::{generate_ed25519_pem, now_s, Claims, KeySet, TokenUse};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
-
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// glibc's malloc serialises the hot paths' many small allocations on its
 /// arena locks (a fifth of the status poll's CPU); mimalloc does not.
 #[global_allocator]
@@ -31,30 +54,86 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// Fans with a ticket for the status poll (each polls a few times a run,
+/// within the default per-fan limit).
+const POLLERS: usize = 50_000;
+
+/// Requests sent by one measure, and what came back.
 struct Run {
     requests_per_s: f64,
+    p50_ms: f64,
     p99_ms: f64,
+    p999_ms: f64,
+    non_2xx: u64,
 }
 
-/// Runs wrk and reads its requests/s and 99th percentile latency.
-fn wrk(url: &str, script: Option<&str>, header: Option<&str>) -> Run {
+/// What a request looks like: the same bytes go to the gateway and to its
+/// baseline.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Status,
+    Join,
+}
+
+impl Kind {
+    fn path(self) -> &'static str {
+        match self {
+            Kind::Status => "/v1/events/ev/queue/status",
+            Kind::Join => "/v1/events/ev/queue",
+        }
+    }
+
+    /// A wrk script: every request from another client address, and for
+    /// status another fan's ticket; for join a new fan.
+    fn wrk_script(self, tokens: &std::path::Path) -> String {
+        let address = r#"local function address()
+  return "127." .. math.random(1, 254) .. "." .. math.random(0, 255) .. "." .. math.random(1, 254)
+end
+local n = 0
+"#;
+        match self {
+            Kind::Status => format!(
+                r#"{address}local tokens = {{}}
+for line in io.lines("{}") do tokens[#tokens + 1] = line end
+request = function()
+  n = n + 1
+  return wrk.format("GET", nil, {{
+    ["Authorization"] = "Bearer " .. tokens[(n % #tokens) + 1],
+    ["X-Forwarded-For"] = address(),
+  }}, nil)
+end
+"#,
+                tokens.display()
+            ),
+            Kind::Join => format!(
+                r#"{address}request = function()
+  n = n + 1
+  return wrk.format("POST", nil, {{
+    ["Content-Type"] = "application/json",
+    ["X-Forwarded-For"] = address(),
+  }}, '{{"fan_id":"wrk-' .. math.random(1, 1000000000) .. '-' .. n .. '"}}')
+end
+"#
+            ),
+        }
+    }
+}
+
+/// Runs wrk at saturation and reads its requests/s, latency percentiles and
+/// non-2xx count.
+fn wrk(base_url: &str, kind: Kind, script: &std::path::Path) -> Run {
     let seconds: u64 = env_or("BENCH_SECONDS", 8);
     let connections: u64 = env_or("BENCH_CONNECTIONS", 64);
-    let mut command = Command::new("wrk");
-    command.args([
-        "-t1",
-        &format!("-c{connections}"),
-        &format!("-d{seconds}s"),
-        "--latency",
-    ]);
-    if let Some(script) = script {
-        command.args(["-s", script]);
-    }
-    if let Some(header) = header {
-        command.args(["-H", header]);
-    }
-    let output = command
-        .arg(url)
+    let output = Command::new("wrk")
+        .args([
+            "-t1",
+            &format!("-c{connections}"),
+            &format!("-d{seconds}s"),
+            "--latency",
+            "-s",
+        ])
+        .arg(script)
+        .arg(format!("{base_url}{}", kind.path()))
         .output()
         .expect("running wrk (apt-get install wrk)");
     let text = String::from_utf8_lossy(&output.stdout);
@@ -64,28 +143,235 @@ fn wrk(url: &str, script: Option<&str>, header: Option<&str>) -> Run {
             .unwrap_or_else(|| panic!("no '{prefix}' in wrk output:\n{text}"))
             .trim()
     };
-    let requests_per_s = field("Requests/sec:").parse().unwrap();
-    let p99 = field("99%");
-    let p99_ms = if let Some(v) = p99.strip_suffix("us") {
-        v.parse::<f64>().unwrap() / 1000.0
-    } else if let Some(v) = p99.strip_suffix("ms") {
-        v.parse().unwrap()
-    } else {
-        p99.trim_end_matches('s').parse::<f64>().unwrap() * 1000.0
+    let ms = |value: &str| -> f64 {
+        if let Some(v) = value.strip_suffix("us") {
+            v.parse::<f64>().unwrap() / 1000.0
+        } else if let Some(v) = value.strip_suffix("ms") {
+            v.parse().unwrap()
+        } else {
+            value.trim_end_matches('s').parse::<f64>().unwrap() * 1000.0
+        }
     };
-    if text.contains("Non-2xx") {
-        eprintln!("warning: wrk saw non-2xx answers for {url}:\n{text}");
-    }
+    let non_2xx = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Non-2xx or 3xx responses:"))
+        .map_or(0, |n| n.trim().parse().unwrap());
     Run {
-        requests_per_s,
-        p99_ms,
+        requests_per_s: field("Requests/sec:").parse().unwrap(),
+        p50_ms: ms(field("50%")),
+        p99_ms: ms(field("99%")),
+        p999_ms: f64::NAN,
+        non_2xx,
+    }
+}
+
+/// The fixed-rate measure, run by this binary again as a second process
+/// (see [`open_model_client`]).
+fn open_model(base_url: &str, kind: Kind, tokens: &std::path::Path, rate: f64) -> Run {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .env("BENCH_OPEN_ADDR", base_url.trim_start_matches("http://"))
+        .env(
+            "BENCH_OPEN_KIND",
+            if kind == Kind::Status {
+                "status"
+            } else {
+                "join"
+            },
+        )
+        .env("BENCH_OPEN_TOKENS", tokens)
+        .env("BENCH_OPEN_RATE", rate.to_string())
+        .output()
+        .expect("running the open-model client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let fields: Vec<f64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("open "))
+        .unwrap_or_else(|| {
+            panic!(
+                "the open-model client failed:\n{stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+        .split_whitespace()
+        .map(|f| f.parse().unwrap())
+        .collect();
+    Run {
+        requests_per_s: fields[0],
+        p50_ms: fields[1],
+        p99_ms: fields[2],
+        p999_ms: fields[3],
+        non_2xx: fields[4] as u64,
+    }
+}
+
+/// An open-model load generator: request `i` is due at `start + i / rate`
+/// whether or not earlier ones have been answered, over `BENCH_CONNECTIONS`
+/// keep-alive connections. Its latency runs from when it was due, unless its
+/// connection sat idle waiting for that moment (then from when the timer,
+/// 1 ms grained, woke it): a server stall counts for every request it holds
+/// up, the generator's own timer for none. Prints one `open` line.
+fn open_model_client(address: String) {
+    let kind = match std::env::var("BENCH_OPEN_KIND").as_deref() {
+        Ok("status") => Kind::Status,
+        _ => Kind::Join,
+    };
+    let rate: f64 = env_or("BENCH_OPEN_RATE", 1000.0);
+    let seconds: f64 = env_or("BENCH_SECONDS", 8.0);
+    let connections: usize = env_or("BENCH_CONNECTIONS", 64);
+    let tokens: Vec<String> = std::fs::read_to_string(std::env::var("BENCH_OPEN_TOKENS").unwrap())
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let total = (rate * seconds) as u64;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let next = std::rc::Rc::new(std::cell::Cell::new(0u64));
+        let tokens = std::rc::Rc::new(tokens);
+        let start = tokio::time::Instant::now() + Duration::from_millis(50);
+        let local = tokio::task::LocalSet::new();
+        let mut tasks = Vec::new();
+        for _ in 0..connections {
+            let (next, tokens, address) = (next.clone(), tokens.clone(), address.clone());
+            tasks.push(local.spawn_local(async move {
+                let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+                stream.set_nodelay(true).unwrap();
+                let mut buffer = Vec::with_capacity(4096);
+                let mut latencies = Vec::new();
+                let mut failed = 0u64;
+                loop {
+                    let i = next.get();
+                    if i >= total {
+                        break;
+                    }
+                    next.set(i + 1);
+                    let due = start + Duration::from_secs_f64(i as f64 / rate);
+                    let request = request_bytes(kind, &address, &tokens, i);
+                    let from = if tokio::time::Instant::now() < due {
+                        tokio::time::sleep_until(due).await;
+                        tokio::time::Instant::now()
+                    } else {
+                        due
+                    };
+                    let status = exchange(&mut stream, &request, &mut buffer)
+                        .await
+                        .expect("the server closed a keep-alive connection");
+                    latencies.push(from.elapsed().as_micros() as u32);
+                    failed += u64::from(!(200..300).contains(&status));
+                }
+                (latencies, failed)
+            }));
+        }
+        let began = Instant::now();
+        let (mut latencies, mut failed) = (Vec::new(), 0);
+        local
+            .run_until(async {
+                for task in tasks {
+                    let (mine, f) = task.await.unwrap();
+                    latencies.extend(mine);
+                    failed += f;
+                }
+            })
+            .await;
+        let elapsed = began.elapsed().as_secs_f64() - 0.05;
+        latencies.sort_unstable();
+        let at = |q: f64| {
+            latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)] as f64
+                / 1000.0
+        };
+        println!(
+            "open {:.0} {:.3} {:.3} {:.3} {failed}",
+            latencies.len() as f64 / elapsed,
+            at(0.50),
+            at(0.99),
+            at(0.999)
+        );
+    });
+}
+
+fn request_bytes(kind: Kind, host: &str, tokens: &[String], i: u64) -> Vec<u8> {
+    let address = {
+        let r: u32 = rand::random();
+        format!(
+            "127.{}.{}.{}",
+            1 + r % 254,
+            (r >> 8) & 255,
+            1 + (r >> 16) % 254
+        )
+    };
+    match kind {
+        Kind::Status => format!(
+            "GET {} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nX-Forwarded-For: {address}\r\n\r\n",
+            kind.path(),
+            tokens[i as usize % tokens.len()]
+        )
+        .into_bytes(),
+        Kind::Join => {
+            let body = format!(r#"{{"fan_id":"open-{}-{i}"}}"#, rand::random::<u32>());
+            format!(
+                "POST {} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Forwarded-For: {address}\r\n\r\n{body}",
+                kind.path(),
+                body.len()
+            )
+            .into_bytes()
+        }
+    }
+}
+
+/// Sends one HTTP/1.1 request and reads its whole answer (Content-Length
+/// framed, as every answer here is); returns the status.
+async fn exchange(
+    stream: &mut tokio::net::TcpStream,
+    request: &[u8],
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<u16> {
+    stream.write_all(request).await?;
+    buffer.clear();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buffer[..end]);
+        let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())
+                    .flatten()
+            })
+            .unwrap_or(0);
+        while buffer.len() < end + 4 + length {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buffer.extend_from_slice(&chunk[..n]);
+        }
+        return Ok(status);
     }
 }
 
 async fn serve(app: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
     url
 }
 
@@ -95,7 +381,7 @@ fn config(max_queue: u64) -> EventConfig {
         c.opens_at_ms = now_ms() - 1_000;
         c.max_queue = max_queue;
         c.shuffle_seed = "bench".into();
-        // wrk names each fan in the body, as a load test does.
+        // Each request names its fan in the body, as a load test does.
         c.identity = Identity::Declared;
         c
     }
@@ -108,8 +394,57 @@ async fn cleanup(redis: &mut ConnectionManager, prefix: &str) {
     }
 }
 
-#[tokio::main]
-async fn main() {
+#[derive(serde::Deserialize)]
+struct Fan {
+    fan_id: String,
+}
+
+/// The least an edge handler can do for each: one ZRANK, or one ZADD of
+/// the fan named in the body.
+fn baselines(redis: ConnectionManager, queue: String, bare: String) -> Router {
+    Router::new()
+        .route(
+            Kind::Status.path(),
+            get(
+                |State((mut redis, queue, _)): State<(ConnectionManager, String, String)>| async move {
+                    let rank: Option<u64> = redis.zrank(&queue, "filler-25000").await.unwrap_or(None);
+                    Json(serde_json::json!({ "position": rank.map(|r| r + 1) }))
+                },
+            ),
+        )
+        .route(
+            Kind::Join.path(),
+            post(
+                |State((mut redis, _, bare)): State<(ConnectionManager, String, String)>,
+                 Json(fan): Json<Fan>| async move {
+                    let added: u64 = redis.zadd(&bare, &fan.fan_id, now_ms()).await.unwrap_or(0);
+                    Json(serde_json::json!({ "added": added }))
+                },
+            ),
+        )
+        .with_state((redis, queue, bare))
+}
+
+fn main() {
+    if let Ok(address) = std::env::var("BENCH_OPEN_ADDR") {
+        return open_model_client(address);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench());
+}
+
+async fn bench() {
+    // The gateway's telemetry as it is deployed: the Prometheus recorder,
+    // and request spans at `info` (RUST_LOG in compose and k8s/).
+    boxoffice_contract::telemetry::prometheus();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
+        ))
+        .init();
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
         .await
@@ -126,94 +461,96 @@ async fn main() {
         .unwrap();
     let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
 
-    // Baseline: the least an edge handler can do, one Redis round trip.
-    let baseline_key = format!("{prefix}:baseline");
-    let _: () = redis.set(&baseline_key, "1").await.unwrap();
-    let baseline = Router::new()
-        .route(
-            "/",
-            get(
-                |State((mut redis, key)): State<(ConnectionManager, String)>| async move {
-                    let value: Option<String> = redis.get(&key).await.unwrap_or(None);
-                    value.unwrap_or_default()
-                },
-            ),
-        )
-        .with_state((redis.clone(), baseline_key));
-    let baseline_url = serve(baseline).await;
+    // Fans in line, each with its queue ticket, for the status polls.
+    let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
+    let mut tickets = Vec::with_capacity(POLLERS);
+    for start in (0..POLLERS).step_by(10_000) {
+        let fans: Vec<(u64, String)> = (start..start + 10_000)
+            .map(|i| (i as u64, format!("filler-{i}")))
+            .collect();
+        let _: () = redis.zadd_multiple(keys.queue(), &fans).await.unwrap();
+        for (_, fan) in &fans {
+            let claims = Claims::new("boxoffice", "ev", fan, TokenUse::Queue, now_s(), 3600);
+            tickets.push(keyset.sign(&claims));
+        }
+    }
+    let tokens = std::env::temp_dir().join(format!("{prefix}.tickets"));
+    std::fs::write(&tokens, tickets.join("\n")).unwrap();
 
+    let baseline_url = serve(baselines(
+        redis.clone(),
+        keys.queue(),
+        format!("{prefix}:bare-joins"),
+    ))
+    .await;
+
+    // The gateway with its default limits, behind a trusted proxy that
+    // names each request's client.
     let gateway_config = {
         let mut c = gateway::Config::defaults();
         c.redis_url = url;
         c.redis_prefix = prefix.clone();
         c.order_service_url = "http://127.0.0.1:9".into();
         c.queue_ticket_ttl_s = 3600;
-        c.order_token_ttl_s = 3600;
-        c.upstream_timeout_ms = 1000;
-        c.per_ip_rate = 1_000_000;
-        c.per_ip_burst = 1_000_000;
-        c.per_client_in_flight = 1_000_000;
-        c.per_fan_rate = 1_000_000;
-        c.per_fan_burst = 1_000_000;
+        c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
         c
     };
-    let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
-    // The production stack, protective layers included.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let gateway_url = format!("http://{}", listener.local_addr().unwrap());
-    let state = gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap();
+    let state =
+        gateway::AppState::new(redis.clone(), keyset.clone(), gateway_config.clone()).unwrap();
     tokio::spawn(gateway::serve(listener, state, std::future::pending()));
+    // The A/B: the same routes and state, no protective layers.
+    let bare_gateway_url = serve(gateway::router(
+        gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap(),
+    ))
+    .await;
 
-    // A fan far back in the line for the status poll.
-    let filler: Vec<(u64, String)> = (0..10_000).map(|i| (i, format!("filler-{i}"))).collect();
-    let _: () = redis.zadd_multiple(keys.queue(), &filler).await.unwrap();
-    let joined: serde_json::Value = reqwest::Client::new()
-        .post(format!("{gateway_url}/v1/events/ev/queue"))
-        .json(&serde_json::json!({ "fan_id": "bench-poller" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ticket = joined["queue_ticket"].as_str().unwrap().to_owned();
-
-    let script = std::env::temp_dir().join(format!("{prefix}-join.lua"));
-    std::fs::write(
-        &script,
-        r#"wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-local n = 0
-request = function()
-  n = n + 1
-  return wrk.format(nil, nil, nil, '{"fan_id":"wrk-' .. math.random(1, 1000000000) .. '-' .. n .. '"}')
-end
-"#,
-    )
-    .unwrap();
+    let scripts = [Kind::Status, Kind::Join].map(|kind| {
+        let path = std::env::temp_dir().join(format!(
+            "{prefix}-{}.lua",
+            if kind == Kind::Status {
+                "status"
+            } else {
+                "join"
+            }
+        ));
+        std::fs::write(&path, kind.wrk_script(&tokens)).unwrap();
+        path
+    });
 
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (base, join, status) = tokio::task::spawn_blocking({
-        let script = script.to_string_lossy().into_owned();
-        let (gateway_url, ticket) = (gateway_url.clone(), ticket.clone());
+    let share: f64 = env_or("BENCH_RATE_SHARE", 0.5);
+    let (saturated, fixed) = tokio::task::spawn_blocking({
+        let (tokens, scripts) = (tokens.clone(), scripts.clone());
+        let (gateway_url, baseline_url) = (gateway_url.clone(), baseline_url.clone());
         move || {
-            let base = wrk(&format!("{baseline_url}/"), None, None);
-            let join = wrk(
-                &format!("{gateway_url}/v1/events/ev/queue"),
-                Some(&script),
-                None,
-            );
-            let status = wrk(
-                &format!("{gateway_url}/v1/events/ev/queue/status"),
-                None,
-                Some(&format!("Authorization: Bearer {ticket}")),
-            );
-            (base, join, status)
+            let mut saturated = Vec::new();
+            let mut fixed = Vec::new();
+            for (kind, script) in [Kind::Status, Kind::Join].into_iter().zip(&scripts) {
+                // Each phase is announced on stderr, for scripts/profile_edge.sh.
+                let name = if kind == Kind::Status { "status" } else { "join" };
+                eprintln!("phase {name}-baseline");
+                let base = wrk(&baseline_url, kind, script);
+                eprintln!("phase {name}-gateway");
+                let ours = wrk(&gateway_url, kind, script);
+                eprintln!("phase {name}-bare");
+                let bare = wrk(&bare_gateway_url, kind, script);
+                eprintln!("phase {name}-fixed-rate");
+                let rate = (share * ours.requests_per_s).round();
+                fixed.push((
+                    kind,
+                    rate,
+                    open_model(&baseline_url, kind, &tokens, rate),
+                    open_model(&gateway_url, kind, &tokens, rate),
+                ));
+                saturated.push((kind, base, ours, bare));
+            }
+            (saturated, fixed)
         }
     })
     .await
     .unwrap();
-    let _ = std::fs::remove_file(&script);
 
     // The same status poll with span export on, to a collector that takes
     // and drops every batch (the cost is the gateway's, not a collector's).
@@ -224,40 +561,91 @@ end
     .await;
     boxoffice_contract::otlp::install(gateway::SERVICE, Some(&format!("{sink}/v1/traces")))
         .unwrap();
+    eprintln!("phase status-otlp");
     let traced = tokio::task::spawn_blocking({
-        move || {
-            wrk(
-                &format!("{gateway_url}/v1/events/ev/queue/status"),
-                None,
-                Some(&format!("Authorization: Bearer {ticket}")),
-            )
-        }
+        let script = scripts[0].clone();
+        move || wrk(&gateway_url, Kind::Status, &script)
     })
     .await
     .unwrap();
+    for path in scripts.iter().chain([&tokens]) {
+        let _ = std::fs::remove_file(path);
+    }
 
-    println!("\nedge throughput (wrk -t1, same run, same machine)");
+    let connections: u64 = env_or("BENCH_CONNECTIONS", 64);
+    let seconds: u64 = env_or("BENCH_SECONDS", 8);
     println!(
-        "{:<42} {:>12} {:>10} {:>16}",
-        "endpoint", "req/s", "p99 ms", "vs baseline"
+        "\nedge at saturation (wrk -t1 -c{connections} -d{seconds}s; default limits, \
+         each request from another 127.0.0.0/8 address behind a trusted proxy, \
+         status polls spread over {POLLERS} fans)"
     );
-    for (name, run) in [
-        ("baseline: axum + one Redis GET", &base),
-        ("POST /v1/events/{id}/queue (new fan)", &join),
-        ("GET  /v1/events/{id}/queue/status", &status),
-        ("GET  …/queue/status, OTLP export on", &traced),
-    ] {
+    println!(
+        "{:<44} {:>9} {:>8} {:>8} {:>8} {:>13}",
+        "endpoint", "req/s", "p50 ms", "p99 ms", "non-2xx", "vs baseline"
+    );
+    let row = |name: &str, run: &Run, base: &Run| {
         println!(
-            "{name:<42} {:>12.0} {:>10.2} {:>15.0}%",
+            "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8} {:>12.0}%",
             run.requests_per_s,
+            run.p50_ms,
             run.p99_ms,
+            run.non_2xx,
             100.0 * run.requests_per_s / base.requests_per_s
-        );
+        )
+    };
+    for (kind, base, ours, bare) in &saturated {
+        let (baseline, name) = match kind {
+            Kind::Status => (
+                "baseline: axum + one ZRANK",
+                "GET  /v1/events/{id}/queue/status",
+            ),
+            Kind::Join => (
+                "baseline: axum + one ZADD (new member)",
+                "POST /v1/events/{id}/queue (new fan)",
+            ),
+        };
+        row(baseline, base, base);
+        row(name, ours, base);
+        row("  the same without the protective layers", bare, base);
+        if *kind == Kind::Status {
+            row("  the same with OTLP span export on", &traced, base);
+        }
     }
     println!(
         "OTLP span export on costs the status poll {:.0}% of its throughput",
-        100.0 * (1.0 - traced.requests_per_s / status.requests_per_s)
+        100.0 * (1.0 - traced.requests_per_s / saturated[0].2.requests_per_s)
     );
+    println!(
+        "\nedge at a fixed rate ({:.0}% of the endpoint's saturated rate, open model, {connections} connections, {seconds} s)",
+        share * 100.0
+    );
+    println!(
+        "{:<44} {:>9} {:>8} {:>8} {:>8} {:>8} {:>13}",
+        "endpoint", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "non-2xx", "p99 vs base"
+    );
+    for (kind, _, base, ours) in &fixed {
+        let (baseline, name) = match kind {
+            Kind::Status => (
+                "baseline: axum + one ZRANK",
+                "GET  /v1/events/{id}/queue/status",
+            ),
+            Kind::Join => (
+                "baseline: axum + one ZADD (new member)",
+                "POST /v1/events/{id}/queue (new fan)",
+            ),
+        };
+        for (label, run) in [(baseline, base), (name, ours)] {
+            println!(
+                "{label:<44} {:>9.0} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>12.2}x",
+                run.requests_per_s,
+                run.p50_ms,
+                run.p99_ms,
+                run.p999_ms,
+                run.non_2xx,
+                run.p99_ms / base.p99_ms
+            );
+        }
+    }
     cleanup(&mut redis, &prefix).await;
 
     memory(&mut redis).await;
