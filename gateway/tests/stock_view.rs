@@ -210,3 +210,214 @@ async fn while_every_seat_is_only_held_fans_keep_their_place(
     state_becomes("sold_out").await;
     stack.stop().await;
 }
+
+/// A fan told `seats-held` keeps the admission however long the seats stay
+/// held, past the access token's life (`access_ttl_s`, 10 s here): each
+/// `seats-held` answer carries a fresh access token for the same admission.
+/// When the hold is given back, the fan buys the seat with the last token it
+/// was given.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_fan_told_seats_are_held_keeps_the_admission_past_its_token(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start(options, connect).await;
+    stack
+        .create_event_with(
+            "longheld",
+            json!({ "capacity": 1, "per_fan_limit": 1, "access_ttl_s": 10 }),
+        )
+        .await;
+    stack.knobs(json!({ "error_rate": 1.0 })).await;
+
+    // Fans A and C are admitted; A holds the only seat, its payment failing.
+    let mut access = Vec::new();
+    for fan in ["fan-a", "fan-c"] {
+        let (_, joined) = stack.join("longheld", fan).await;
+        access.push(
+            stack
+                .wait_admitted("longheld", joined["queue_ticket"].as_str().unwrap())
+                .await,
+        );
+    }
+    let (status, held_by_a) = stack.buy("longheld", &access[0], 1, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{held_by_a}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stack.public_event("longheld").await["state"] != "all_held" {
+        assert!(Instant::now() < deadline, "never all_held");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // C retries every 2 s, well past the first token's 10 s (and its 5 s of
+    // leeway), with the token each `seats-held` answer gives.
+    let mut token = access[1].clone();
+    let waited = Instant::now();
+    while waited.elapsed() < Duration::from_secs(18) {
+        let (status, problem) = stack.buy("longheld", &token, 1, None).await;
+        assert_eq!(
+            status,
+            StatusCode::CONFLICT,
+            "after {:?}: {problem}",
+            waited.elapsed()
+        );
+        assert!(
+            problem["type"].as_str().unwrap().ends_with("/seats-held"),
+            "{problem}"
+        );
+        token = problem["admission"]["access_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no fresh access token: {problem}"))
+            .to_owned();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // The admission is still one: C's active-set entry stayed.
+    assert_eq!(stack.public_event("longheld").await["state"], "all_held");
+
+    // A's card is declined: the seat comes back and C buys it.
+    stack.knobs(json!({ "decline_rate": 1.0 })).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (order_a, token_a) = (
+        held_by_a["order_id"].as_str().unwrap(),
+        held_by_a["order_token"].as_str().unwrap(),
+    );
+    while stack.order(order_a, token_a).await.1["status"] != "failed" {
+        assert!(Instant::now() < deadline, "A's hold was never given back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stack.knobs(json!({})).await;
+    let bought = loop {
+        let (status, body) = stack.buy("longheld", &token, 1, None).await;
+        if status == StatusCode::ACCEPTED {
+            break body;
+        }
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        if let Some(fresh) = body["admission"]["access_token"].as_str() {
+            token = fresh.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the held seat never came back");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let order = stack
+        .wait_ticketed(
+            bought["order_id"].as_str().unwrap(),
+            bought["order_token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(order["status"], "confirmed");
+    // One admission, one purchase: the first token is spent with it.
+    let (status, body) = stack.buy("longheld", &token, 1, Some("another")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["type"].as_str().unwrap().ends_with("/token-used"),
+        "{body}"
+    );
+    stack.stop().await;
+}
+
+/// The same when PostgreSQL, not the edge, says every seat is held (the
+/// edge's view still showed a seat, so the token was spent on the way): the
+/// 409 `seats-held` carries a renewed token, which can only retry that
+/// purchase, past the first token's life, until it is placed.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn a_spent_token_told_seats_are_held_retries_past_its_life(
+    options: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    let stack = Stack::start(options, connect).await;
+    stack
+        .create_event_with(
+            "lateheld",
+            json!({ "capacity": 1, "per_fan_limit": 1, "access_ttl_s": 10 }),
+        )
+        .await;
+    stack.knobs(json!({ "error_rate": 1.0 })).await;
+    let mut access = Vec::new();
+    for fan in ["fan-a", "fan-c"] {
+        let (_, joined) = stack.join("lateheld", fan).await;
+        access.push(
+            stack
+                .wait_admitted("lateheld", joined["queue_ticket"].as_str().unwrap())
+                .await,
+        );
+    }
+    let (status, held_by_a) = stack.buy("lateheld", &access[0], 1, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{held_by_a}");
+
+    // The edge's view says a seat is free, at a version no publish passes.
+    let mut redis =
+        redis::aio::ConnectionManager::new(redis::Client::open(common::redis_url()).unwrap())
+            .await
+            .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{}:{{lateheld}}:stock", stack.prefix))
+        .arg("remaining")
+        .arg(1)
+        .arg("held")
+        .arg(0)
+        .arg("version")
+        .arg(i64::MAX / 2)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut token = access[1].clone();
+    let waited = Instant::now();
+    while waited.elapsed() < Duration::from_secs(18) {
+        let (status, problem) = stack.buy("lateheld", &token, 1, Some("c")).await;
+        assert_eq!(
+            status,
+            StatusCode::CONFLICT,
+            "after {:?}: {problem}",
+            waited.elapsed()
+        );
+        assert!(
+            problem["type"].as_str().unwrap().ends_with("/seats-held"),
+            "{problem}"
+        );
+        token = problem["admission"]["access_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no fresh access token: {problem}"))
+            .to_owned();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // The renewed token cannot start another purchase.
+    let (status, body) = stack.buy("lateheld", &token, 1, Some("other")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["type"].as_str().unwrap().ends_with("/token-used"),
+        "{body}"
+    );
+
+    stack.knobs(json!({ "decline_rate": 1.0 })).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (order_a, token_a) = (
+        held_by_a["order_id"].as_str().unwrap(),
+        held_by_a["order_token"].as_str().unwrap(),
+    );
+    while stack.order(order_a, token_a).await.1["status"] != "failed" {
+        assert!(Instant::now() < deadline, "A's hold was never given back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stack.knobs(json!({})).await;
+    let bought = loop {
+        let (status, body) = stack.buy("lateheld", &token, 1, Some("c")).await;
+        if status == StatusCode::ACCEPTED {
+            break body;
+        }
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        if let Some(fresh) = body["admission"]["access_token"].as_str() {
+            token = fresh.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the held seat never came back");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let order = stack
+        .wait_ticketed(
+            bought["order_id"].as_str().unwrap(),
+            bought["order_token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(order["status"], "confirmed");
+    stack.stop().await;
+}
