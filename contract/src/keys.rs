@@ -14,6 +14,7 @@
 //! | `P:{E}:lease` | string | id of the admission replica leading this event |
 //! | `P:{E}:stock` | hash | edge view of remaining seats and its version |
 //! | `P:{E}:jti:ID` | string | a spent access token (value: idempotency key and order id) |
+//! | `P:{E}:held-over:FAN` | string | an admission renewed by a `seats-held` answer: its jti and its current expiry (ms), `JTI|EXPIRY` |
 
 /// Keys of one event under one prefix (`bo` in production, per test in tests).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +66,12 @@ impl EventKeys {
     }
     pub fn jti(&self, jti: &str) -> String {
         self.key(&format!("jti:{jti}"))
+    }
+    /// The fan's admission as renewed by a `seats-held` answer: `JTI|EXPIRY`,
+    /// the admission's `jti` (made from its first expiry) and the expiry it
+    /// was renewed to; see [`crate::token::admission_jti_of`].
+    pub fn held_over(&self, fan_id: &str) -> String {
+        self.key(&format!("held-over:{fan_id}"))
     }
     /// A proof-of-work challenge already spent on an anonymous join.
     pub fn pow_used(&self, challenge: &str) -> String {
@@ -147,6 +154,7 @@ mod tests {
                 keys.lease(),
                 keys.stock(),
                 keys.jti("x"),
+                keys.held_over("fan-{1}"),
             ];
             let slot = cluster_slot(&all[0]);
             for key in &all {
@@ -172,6 +180,7 @@ mod tests {
             keys.stock(),
             keys.write_lock(),
             keys.jti("x"),
+            keys.held_over("fan-1"),
         ] {
             assert!(key.starts_with("bo:{rock-1}:"), "{key}");
         }

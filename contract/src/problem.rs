@@ -25,6 +25,18 @@ pub struct Problem {
     #[serde(skip)]
     #[schema(ignore)]
     pub retry_after: Option<u64>,
+    /// Only on `seats-held` (a purchase): the fan's admission, renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Box<RenewedAdmission>>,
+}
+
+/// An admission renewed by a `seats-held` answer: a fresh access token for
+/// it (the same `jti`, so it still buys once), valid `access_ttl_s` from
+/// now. Buy with it after `Retry-After`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RenewedAdmission {
+    pub access_token: String,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl Problem {
@@ -35,6 +47,7 @@ impl Problem {
             status: status.as_u16(),
             detail: detail.into(),
             retry_after: None,
+            admission: None,
         }
     }
 

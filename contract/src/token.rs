@@ -428,6 +428,25 @@ pub fn admission_jti(event_id: &str, fan_id: &str, expires_ms: i64) -> String {
     URL_SAFE_NO_PAD.encode(&digest[..16])
 }
 
+/// The `jti` of the fan's current admission, whose expiry (the active set's
+/// score) is `expires_ms`: the one [`admission_jti`] made from its first
+/// expiry, kept across renewals. `held_over` is the fan's `held-over` key
+/// (`JTI|EXPIRY`, written when a `seats-held` answer renewed the admission);
+/// it names this admission only while its expiry is the current one, so a
+/// stale one (of an earlier admission) is ignored.
+pub fn admission_jti_of(
+    event_id: &str,
+    fan_id: &str,
+    expires_ms: i64,
+    held_over: Option<&str>,
+) -> String {
+    held_over
+        .and_then(|value| value.rsplit_once('|'))
+        .filter(|(_, until)| *until == expires_ms.to_string())
+        .map(|(jti, _)| jti.to_owned())
+        .unwrap_or_else(|| admission_jti(event_id, fan_id, expires_ms))
+}
+
 /// A fresh Ed25519 private key as PKCS#8 PEM, for dev scripts and tests.
 pub fn generate_ed25519_pem() -> String {
     use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
@@ -694,6 +713,19 @@ mod tests {
         assert_eq!(admission_jti("e", "f", 1), admission_jti("e", "f", 1));
         assert_ne!(admission_jti("e", "f", 1), admission_jti("e", "f", 2));
         assert_ne!(admission_jti("e", "f", 1), admission_jti("e", "g", 1));
+    }
+
+    #[test]
+    fn a_renewed_admission_keeps_its_first_jti() {
+        let first = admission_jti("e", "f", 1_000);
+        assert_eq!(admission_jti_of("e", "f", 1_000, None), first);
+        let held_over = format!("{first}|9000");
+        assert_eq!(admission_jti_of("e", "f", 9_000, Some(&held_over)), first);
+        // A held-over key of an earlier admission names another expiry.
+        assert_eq!(
+            admission_jti_of("e", "f", 20_000, Some(&held_over)),
+            admission_jti("e", "f", 20_000)
+        );
     }
 
     #[test]
