@@ -83,6 +83,7 @@ pub struct Shared {
 pub struct Scripts {
     pub join: Script,
     pub spend: Script,
+    pub hold_over: Script,
 }
 
 impl AppState {
@@ -134,6 +135,7 @@ impl AppState {
             scripts: Arc::new(Scripts {
                 join: Script::new(include_str!("join.lua")),
                 spend: Script::new(include_str!("spend.lua")),
+                hold_over: Script::new(include_str!("hold_over.lua")),
             }),
         })))
     }

@@ -8,11 +8,14 @@
 use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use boxoffice_contract::event::now_ms;
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::EventKeys;
+use boxoffice_contract::problem::RenewedAdmission;
 use boxoffice_contract::token::{now_s, Claims, KeySet, TokenError, TokenUse, LEEWAY_S};
 use boxoffice_contract::trace::{TraceContext, TRACEPARENT};
 use boxoffice_contract::Problem;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -119,7 +122,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
         (status = 400, description = "`bad-request`", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`invalid-token`", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "`wrong-event`", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`token-used`; `fan-limit-reached` (the fan's orders of this event already hold `per_fan_limit` seats, counted across admissions; failed orders aside); `seats-held` (no seat free now, some held by fans paying may come back: retry after `Retry-After` with the same token)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`token-used`; `fan-limit-reached` (the fan's orders of this event already hold `per_fan_limit` seats, counted across admissions; failed orders aside); `seats-held` (no seat free now, some held by fans paying may come back: retry after `Retry-After`; the answer carries `admission` {`access_token`, `expires_at`}, the admission renewed for `access_ttl_s` from now with the same `jti`: retry with that token)", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "`sold-out`, `closed` (ops closed the sale)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "`payload-too-large`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported-media-type`", body = Problem, content_type = "application/problem+json"),
@@ -156,11 +159,15 @@ async fn buy(
         .key(keys.active())
         .key(keys.stock())
         .key(keys.config())
+        .key(keys.held_over(&claims.sub))
         .arg(&claims.sub)
         .arg(&idempotency_key)
         .arg(Uuid::now_v7().to_string())
         .arg(ttl)
         .arg(request.quantity)
+        .arg(&claims.jti)
+        .arg(claims.exp)
+        .arg(now_ms())
         .invoke_async(&mut redis)
         .await
         .map_err(redis_down)?;
@@ -186,7 +193,15 @@ async fn buy(
                 "every seat is sold",
             ))
         }
-        "all-held" => return Err(seats_held()),
+        "all-held" => {
+            // `order` is the expiry (ms) the admission was renewed to, if
+            // the token is the fan's current admission.
+            let renewed = order
+                .parse::<i64>()
+                .ok()
+                .map(|expiry| renewed_access(&state, &claims, expiry));
+            return Err(seats_held(renewed));
+        }
         "closed" => {
             return Err(Problem::new(
                 StatusCode::GONE,
@@ -246,7 +261,14 @@ async fn buy(
         problem
     })?;
     if !response.status().is_success() {
-        return Err(pass_on(response).await);
+        let problem = pass_on(response).await;
+        if problem.slug() == "seats-held" {
+            // PostgreSQL holds every seat though the edge's view said one
+            // was free: the token is spent (so only this purchase can be
+            // retried with it), and its admission is renewed all the same.
+            return Err(hold_over_spent(&state, &keys, &claims).await);
+        }
+        return Err(problem);
     }
     let placed: UpstreamOrder = response.json().await.map_err(upstream_down)?;
     // PostgreSQL may answer an order of this admission placed earlier (Redis
@@ -283,14 +305,68 @@ fn invalid_quantity(detail: &str) -> Problem {
 /// While no seat is free but some are held, how soon a fan may try again.
 const SEATS_HELD_RETRY_S: u64 = 5;
 
-fn seats_held() -> Problem {
-    Problem::new(
+/// The 409 `seats-held`, with the admission's renewed access token when
+/// there is one (`None`: the fan keeps the token it has).
+fn seats_held(renewed: Option<RenewedAdmission>) -> Problem {
+    let mut problem = Problem::new(
         StatusCode::CONFLICT,
         "seats-held",
-        "no seat is free now, but some are held by fans still paying and may come back; \
-         your admission is kept: buy again after Retry-After",
+        match renewed {
+            Some(_) => {
+                "no seat is free now, but some are held by fans still paying and may come back; \
+                 your admission is kept and renewed: buy again after Retry-After with admission.access_token"
+            }
+            None => {
+                "no seat is free now, but some are held by fans still paying and may come back; \
+                 buy again after Retry-After"
+            }
+        },
     )
-    .retry_after(SEATS_HELD_RETRY_S)
+    .retry_after(SEATS_HELD_RETRY_S);
+    problem.admission = renewed.map(Box::new);
+    problem
+}
+
+/// An access token for the same admission as `claims` (the same `jti`, so
+/// it still buys once), expiring at `expires_ms`.
+fn renewed_access(state: &AppState, claims: &Claims, expires_ms: i64) -> RenewedAdmission {
+    let mut access = claims.clone();
+    access.iat = now_s();
+    access.nbf = access.iat;
+    access.exp = (expires_ms / 1000) as u64;
+    RenewedAdmission {
+        access_token: state.keys.sign(&access),
+        expires_at: DateTime::<Utc>::from_timestamp_millis(expires_ms).unwrap_or_default(),
+    }
+}
+
+/// `seats-held` from PostgreSQL after the token was spent: the admission
+/// (its spent mark) is renewed for `access_ttl_s` and the fan given a token
+/// for it, so retrying the same purchase outlasts the first token.
+async fn hold_over_spent(state: &AppState, keys: &EventKeys, claims: &Claims) -> Problem {
+    let event = state.events.get(&state.redis, keys, &claims.aud).await;
+    let Some(ttl_s) = event.ok().flatten().map(|e| e.config.access_ttl_s) else {
+        return seats_held(None);
+    };
+    let mut redis = state.redis.clone();
+    let kept: Result<i32, _> = state
+        .scripts
+        .hold_over
+        .key(keys.jti(&claims.jti))
+        .arg(ttl_s + LEEWAY_S + 60)
+        .invoke_async(&mut redis)
+        .await;
+    match kept {
+        Ok(1) => {
+            let expires_ms = (now_s() + ttl_s) as i64 * 1000;
+            seats_held(Some(renewed_access(state, claims, expires_ms)))
+        }
+        Ok(_) => seats_held(None),
+        Err(error) => {
+            tracing::warn!(%error, "could not renew a spent admission");
+            seats_held(None)
+        }
+    }
 }
 
 /// Relays a 4xx problem of the order service (with `Retry-After` on

@@ -1,6 +1,6 @@
 //! The waiting room: `POST /v1/events/{id}/queue` and `GET …/queue/status`.
 //!
-//! Each is one Redis round trip (the join a Lua script, the status two native
+//! Each is one Redis round trip (the join a Lua script, the status three native
 //! reads) plus token work in memory, with the event's settings from the
 //! [`crate::cache`]; they never touch Postgres, so the line holds however
 //! long it grows.
@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use boxoffice_contract::event::{now_ms, prequeue_score, Identity};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
-use boxoffice_contract::token::{admission_jti, now_s, Claims, TokenUse};
+use boxoffice_contract::token::{admission_jti_of, now_s, Claims, TokenUse};
 use boxoffice_contract::Problem;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -469,11 +469,12 @@ async fn status(
     if event.sold_out() {
         return Err(sold_out());
     }
-    // Two native reads in one round trip; no script, since nothing is written.
+    // Three native reads in one round trip; no script, since nothing is written.
     let mut redis = state.redis.clone();
-    let (rank, expiry): (Option<i64>, Option<f64>) = redis::pipe()
+    let (rank, expiry, held_over): (Option<i64>, Option<f64>, Option<String>) = redis::pipe()
         .zrank(keys.queue(), &claims.sub)
         .zscore(keys.active(), &claims.sub)
+        .get(keys.held_over(&claims.sub))
         .query_async(&mut redis)
         .await
         .map_err(redis_down)?;
@@ -500,7 +501,8 @@ async fn status(
                 0,
             );
             access.exp = (expiry / 1000) as u64;
-            access.jti = admission_jti(&event_id, &claims.sub, expiry);
+            // A renewed admission keeps its first jti: it buys once.
+            access.jti = admission_jti_of(&event_id, &claims.sub, expiry, held_over.as_deref());
             let body = QueueStatus::Admitted {
                 access_token: state.keys.sign(&access),
                 expires_at: DateTime::<Utc>::from_timestamp_millis(expiry).unwrap_or_default(),

@@ -7,7 +7,6 @@ use boxoffice_contract::event::now_ms;
 use boxoffice_contract::extract::Path;
 use boxoffice_contract::keys::EventKeys;
 use boxoffice_contract::Problem;
-use redis::AsyncCommands;
 
 use super::problem::{check_event_id, redis_down};
 use crate::state::AppState;
@@ -37,8 +36,10 @@ pub(super) async fn revoke(
     check_event_id(&event_id)?;
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
     let mut redis = state.redis.clone();
-    let expiry: Option<f64> = redis
+    let (expiry, held_over): (Option<f64>, Option<String>) = redis::pipe()
         .zscore(keys.active(), &fan_id)
+        .get(keys.held_over(&fan_id))
+        .query_async(&mut redis)
         .await
         .map_err(redis_down)?;
     let Some(expiry) = expiry.map(|e| e as i64) else {
@@ -47,7 +48,13 @@ pub(super) async fn revoke(
             "this fan holds no admission",
         ));
     };
-    let jti = boxoffice_contract::token::admission_jti(&event_id, &fan_id, expiry);
+    // A renewed admission (a `seats-held` answer) keeps its first jti.
+    let jti = boxoffice_contract::token::admission_jti_of(
+        &event_id,
+        &fan_id,
+        expiry,
+        held_over.as_deref(),
+    );
     // Long enough to outlive the token it revokes.
     let ttl = ((expiry - now_ms()) / 1000).max(1) + 60;
     let revoked: i32 = redis::Script::new(include_str!("../revoke.lua"))
