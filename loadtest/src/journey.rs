@@ -602,7 +602,9 @@ async fn fan(
     }
 
     // Buy, retrying a 503 or 429 (and a 409 `seats-held`: every seat held by
-    // fans still paying) with the same Idempotency-Key.
+    // fans still paying, with the renewed access token it carries) with the
+    // same Idempotency-Key.
+    let mut access = access;
     let key = format!("{fan_id}-buy");
     due = Instant::now();
     let bought_at = due;
@@ -634,6 +636,9 @@ async fn fan(
             Some(409) if reply.slug.as_deref() == Some("seats-held") => {
                 if tries >= 10 {
                     return Ok("admitted, every seat stayed held");
+                }
+                if let Some(renewed) = reply.body["admission"]["access_token"].as_str() {
+                    access = renewed.to_owned();
                 }
                 due = honour(&reply).await;
             }
