@@ -1,9 +1,9 @@
 //! The waiting room: `POST /v1/events/{id}/queue` and `GET …/queue/status`.
 //!
-//! Each is one Redis round trip (the join a Lua script, the status three native
-//! reads) plus token work in memory, with the event's settings from the
-//! [`crate::cache`]; they never touch Postgres, so the line holds however
-//! long it grows.
+//! Each is one Redis round trip (the join a Lua script, the status two native
+//! reads; an admitted fan's status a second, for its token's id) plus token
+//! work in memory, with the event's settings from the [`crate::cache`]; they
+//! never touch Postgres, so the line holds however long it grows.
 
 use std::sync::Arc;
 
@@ -469,16 +469,30 @@ async fn status(
     if event.sold_out() {
         return Err(sold_out());
     }
-    // Three native reads in one round trip; no script, since nothing is written.
+    // Two native reads in one round trip; no script, since nothing is written.
     let mut redis = state.redis.clone();
-    let (rank, expiry, held_over): (Option<i64>, Option<f64>, Option<String>) = redis::pipe()
+    let (rank, expiry): (Option<i64>, Option<f64>) = redis::pipe()
         .zrank(keys.queue(), &claims.sub)
         .zscore(keys.active(), &claims.sub)
-        .get(keys.held_over(&claims.sub))
         .query_async(&mut redis)
         .await
         .map_err(redis_down)?;
     let now = now_ms();
+    // An admitted fan's token is named by the admission's expiry and, once a
+    // `seats-held` answer renewed it, by its held-over key: both read in one
+    // MULTI, so a renewal between them cannot pair an expiry with the wrong
+    // jti. A second round trip only for the admitted (the waiting are the
+    // crowd).
+    let (expiry, held_over): (Option<f64>, Option<String>) = match (rank, expiry) {
+        (None, Some(expiry)) if expiry as i64 > now => redis::pipe()
+            .atomic()
+            .zscore(keys.active(), &claims.sub)
+            .get(keys.held_over(&claims.sub))
+            .query_async(&mut redis)
+            .await
+            .map_err(redis_down)?,
+        _ => (expiry, None),
+    };
     match (rank, expiry) {
         (Some(rank), _) => {
             let eta = eta_seconds(rank + 1, event.rate());
