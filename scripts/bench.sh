@@ -4,10 +4,11 @@
 # BENCHMARKS.md with the figures, the machine and the commands.
 #
 #   scripts/bench.sh              # everything (about 10-15 minutes on 2 cores)
-#   scripts/bench.sh edge tokens  # only these: edge tokens purchase pipeline workers sale
+#   scripts/bench.sh edge tokens  # only these: edge tokens purchase pipeline workers idle sale
 #
 # Starts what it needs like scripts/test.sh (Redis, PostgreSQL, the broker);
-# the `sale` step brings the stack up with scripts/up.sh on ports 8080-8084.
+# the `idle` and `sale` steps bring the stack up with scripts/up.sh on ports
+# 8080-8084.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -34,7 +35,7 @@ export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 export RUST_LOG=${RUST_LOG:-warn}
 
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(edge tokens purchase pipeline workers sale)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(edge tokens purchase pipeline workers idle sale)
 OUT=target/bench
 mkdir -p "$OUT"
 
@@ -56,6 +57,19 @@ for s in "${STEPS[@]}"; do
     purchase) kafka; step purchase cargo bench --locked -p gateway --bench purchase ;;
     pipeline) kafka; step pipeline cargo bench --locked -p order-service --bench pipeline ;;
     workers) kafka; step workers cargo bench --locked -p order-service --bench workers ;;
+    idle)
+      # The whole stack with one demo event and no fans: what it costs the
+      # machine (and every benchmark beside it) doing nothing.
+      kafka
+      say "idle: bringing the stack up (scripts/up.sh)"
+      scripts/up.sh >"$OUT/up-idle.log" 2>&1 &
+      UP_PID=$!
+      wait_port 8080 600 gateway
+      for _ in $(seq 1 100); do curl -fs http://127.0.0.1:8081/readyz >/dev/null && break; sleep 0.2; done
+      sleep "${IDLE_SETTLE_S:-20}" # let start-up work (migrations, topic creation, the first samples) pass
+      step idle python3 scripts/idle_cpu.py --seconds "${IDLE_SECONDS:-10}" || true
+      kill "$UP_PID" 2>/dev/null; wait "$UP_PID" 2>/dev/null || true; UP_PID=
+      ;;
     sale)
       kafka
       cargo build --release --locked --bin loadtest
@@ -70,7 +84,7 @@ for s in "${STEPS[@]}"; do
           --no-print-metrics || true
       kill "$UP_PID" 2>/dev/null; wait "$UP_PID" 2>/dev/null || true; UP_PID=
       ;;
-    *) echo "unknown step $s (edge tokens purchase pipeline workers sale)" >&2; exit 2 ;;
+    *) echo "unknown step $s (edge tokens purchase pipeline workers idle sale)" >&2; exit 2 ;;
   esac
 done
 
@@ -82,7 +96,7 @@ say "writing BENCHMARKS.md"
   echo "Every figure is printed by the benchmark beside a baseline measured in the same run on the"
   echo "same machine, so ratios are comparable across machines while absolute figures are not."
   echo "The load generator runs on the same machine as the system under test. The Kafka-protocol"
-  echo "broker runs only during the steps that use it (purchase, pipeline, workers, sale)."
+  echo "broker runs only during the steps that use it (purchase, pipeline, workers, idle, sale)."
   echo
   echo "Machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB memory,"\
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)."
@@ -95,14 +109,15 @@ say "writing BENCHMARKS.md"
 | `cargo bench -p gateway --bench purchase` | the token work's share of a purchase's CPU | the whole purchase (gateway, order service, Redis, PostgreSQL) |
 | `cargo bench -p order-service --bench pipeline` | confirmed orders/s through the saga; relay events/s | `pgbench` running the same SQL; a raw rdkafka producer with the same settings |
 | `cargo bench -p order-service --bench workers` | worker pool throughput and burst drain time | c/S and N/(c/S) (Little's law) |
+| `scripts/idle_cpu.py` | CPU per process of the whole stack (scripts/up.sh, one demo event, no fans) over 10 s | under 5 % of one core in total |
 | `loadtest --profile sale` | the whole sale under the default thresholds ([docs/load-testing.md](docs/load-testing.md)) | the verdict |
 
 `scripts/bench.sh` runs them all; `scripts/bench.sh edge tokens` only those
-steps (`edge tokens purchase pipeline workers sale`), keeping the other
+steps (`edge tokens purchase pipeline workers idle sale`), keeping the other
 sections from their last run (in `target/bench/`).
 
 TABLE
-  for s in edge tokens purchase pipeline workers sale; do
+  for s in edge tokens purchase pipeline workers idle sale; do
     [ -f "$OUT/$s.out" ] || continue
     case $s in
       edge) echo "## Edge: join and status vs axum + one ZADD / ZRANK" ;;
@@ -110,6 +125,7 @@ TABLE
       purchase) echo "## The token share of a purchase" ;;
       pipeline) echo "## Purchase pipeline vs pgbench; outbox relay vs a raw producer" ;;
       workers) echo "## Ticket worker pool vs c/S" ;;
+      idle) echo "## Idle: CPU of the whole stack with nothing to do" ;;
       sale) echo "## Load test: a short \`sale\` against the whole stack (scripts/up.sh)" ;;
     esac
     echo
