@@ -109,23 +109,50 @@ pub fn retry_delay(attempts: i32) -> Duration {
     Duration::from_millis(500 * 2u64.pow(exponent)).min(Duration::from_secs(30))
 }
 
-/// One saga runner: advances orders and refunds until cancelled, sleeping
-/// when idle. Refunds go first on every other turn, so a stream of due
-/// orders cannot starve them.
+/// An idle runner's first wait before it looks for due work again.
+pub const IDLE_FIRST: Duration = Duration::from_millis(200);
+/// An idle runner's longest wait: work that comes due by the clock (a
+/// retry, a lapsed hold, another replica's lease ended) is taken up at most
+/// this late.
+pub const IDLE_MAX: Duration = Duration::from_secs(2);
+
+/// How long an idle runner waits after `idle_turns` looks that found
+/// nothing: [`IDLE_FIRST`], doubling, at most [`IDLE_MAX`]. Work due `d`
+/// after a runner's last piece of work is so taken up less than
+/// `min(d + IDLE_FIRST, IDLE_MAX)` late, and an idle service looks only
+/// once per [`IDLE_MAX`] per runner.
+pub fn idle_pause(idle_turns: u32) -> Duration {
+    IDLE_FIRST
+        .saturating_mul(2u32.saturating_pow(idle_turns.min(16)))
+        .min(IDLE_MAX)
+}
+
+/// One saga runner: advances orders and refunds until cancelled, waiting
+/// ever longer ([`idle_pause`]) while there is nothing to do. A new order
+/// wakes one runner at once (`saga_wakeup`); a runner that found work wakes
+/// the next, so a burst brings every runner in. Refunds go first on every
+/// other turn, so a stream of due orders cannot starve them.
 pub async fn run(state: AppState, runner: usize, cancel: CancellationToken) {
     tracing::debug!(runner, "saga runner started");
     let mut refunds_first = false;
+    let mut idle_turns = 0;
     while !cancel.is_cancelled() {
         refunds_first = !refunds_first;
         match advance_one(&state, refunds_first).await {
-            Ok(true) => continue,
+            Ok(true) => {
+                idle_turns = 0;
+                state.saga_wakeup.notify_one();
+                continue;
+            }
             Ok(false) => {}
             Err(error) => tracing::warn!(runner, %error, "saga step failed; retrying"),
         }
+        let pause = idle_pause(idle_turns);
+        idle_turns = idle_turns.saturating_add(1);
         tokio::select! {
             () = cancel.cancelled() => break,
-            () = state.saga_wakeup.notified() => {}
-            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            () = state.saga_wakeup.notified() => idle_turns = 0,
+            () = tokio::time::sleep(pause) => {}
         }
     }
 }
@@ -408,6 +435,15 @@ mod tests {
             Decision::after_void(&Err(PaymentError::Unknown("down".into()))),
             Decision::RetryLater
         );
+    }
+
+    #[test]
+    fn idle_runners_wait_ever_longer_up_to_the_cap() {
+        assert_eq!(idle_pause(0), IDLE_FIRST);
+        assert_eq!(idle_pause(1), IDLE_FIRST * 2);
+        assert_eq!(idle_pause(3), IDLE_FIRST * 8);
+        assert_eq!(idle_pause(4), IDLE_MAX);
+        assert_eq!(idle_pause(u32::MAX), IDLE_MAX);
     }
 
     #[test]

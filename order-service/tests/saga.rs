@@ -405,3 +405,84 @@ async fn an_expired_hold_is_released_only_once_the_provider_confirms_nothing_was
     service.stop().await;
     cancel.cancel();
 }
+
+/// Index and sequential scans of `orders` so far, as the statistics say.
+async fn orders_scans(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables
+         WHERE relname = 'orders'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Idle runners do not poll the orders every 200 ms: they wait ever longer,
+/// up to `saga::IDLE_MAX`. Yet work that comes due by the clock while they
+/// wait, with nothing to wake them (a charged order due a second from now,
+/// written straight to the table), is taken up at most `IDLE_MAX` late.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn idle_runners_look_rarely_yet_take_up_due_work_in_time(pool: PgPool) {
+    let cancel = CancellationToken::new();
+    let (_provider, provider_url) = start_provider(Knobs::default(), &cancel).await;
+    let config = config(&prefix(), &provider_url);
+    let runners = config.saga_runners as i64;
+    let service = OrderService::start(pool.clone(), config).await;
+    create_event(&service.http, &service.url, "ev", 10).await;
+
+    // Settled into their longest wait, runners look once per IDLE_MAX. The
+    // statistics reach the table after each backend's flush (at most once a
+    // second), so the window is long and the bound loose: polling every
+    // 200 ms, 8 runners scanned it about 480 times in these 4 s; now about 40.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = orders_scans(&pool).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let scans = orders_scans(&pool).await - before;
+    eprintln!("{scans} scans of the orders in 4 s idle by {runners} runners");
+    let looks = runners * (4 / order_service::saga::IDLE_MAX.as_secs() as i64 + 1);
+    assert!(
+        scans <= 2 * looks,
+        "{scans} scans of the orders in 4 s idle by {runners} runners (at most {} expected)",
+        2 * looks
+    );
+
+    // A charged order, due in a second, that no wakeup announces.
+    let order_id = uuid::Uuid::now_v7();
+    sqlx::query("UPDATE inventory SET reserved = reserved + 1 WHERE event_id = 'ev'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO orders (order_id, event_id, fan_id, quantity, amount_cents, status, next_attempt_at)
+         VALUES ($1, 'ev', 'fan', 1, 4500, 'charged', now() + interval '1 second')",
+    )
+    .bind(order_id)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let written = tokio::time::Instant::now();
+    let bound = Duration::from_secs(1) + order_service::saga::IDLE_MAX + Duration::from_millis(500);
+    loop {
+        let status: String = sqlx::query_scalar("SELECT status FROM orders WHERE order_id = $1")
+            .bind(order_id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if status == "confirmed" {
+            break;
+        }
+        assert!(
+            written.elapsed() < bound,
+            "a due order still {status} {:?} after it was written (due after 1 s)",
+            written.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        written.elapsed() >= Duration::from_millis(900),
+        "taken up before it was due"
+    );
+
+    service.stop().await;
+    cancel.cancel();
+}
