@@ -18,6 +18,13 @@
 //! claims for a while ([`Blocked`]), so its rows do not fill every batch.
 //! Within that aggregate nothing after the failed row is marked, so its
 //! events are sent again in order when it is retried.
+//!
+//! An empty outbox is not polled: every statement inserting into it sends a
+//! notification on the channel [`CHANNEL`] (a trigger, delivered at commit),
+//! and an idle relay waits on it with `LISTEN`, so a confirmed order is
+//! published at once. The relay still looks every [`RelayConfig::idle`]
+//! (a notification lost with the listening connection), and when a blocked
+//! aggregate's pause ends.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -27,6 +34,7 @@ use boxoffice_contract::trace::TRACEPARENT;
 use futures::future::join_all;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +45,8 @@ pub struct RelayConfig {
     pub topic: String,
     pub batch: i64,
     pub retention: Duration,
-    /// Sleep when the outbox is empty.
+    /// The longest wait when the outbox is empty: a notification on
+    /// [`CHANNEL`] ends it sooner (the fallback poll).
     pub idle: Duration,
     /// Abort the process after the first publish, before the mark (crash tests).
     pub crash_after_publish: bool,
@@ -49,11 +58,17 @@ impl From<&ServeConfig> for RelayConfig {
             topic: config.topic.clone(),
             batch: config.relay_batch,
             retention: Duration::from_secs(config.outbox_retention_s.max(0) as u64),
-            idle: Duration::from_millis(100),
+            idle: FALLBACK_POLL,
             crash_after_publish: config.crash_after_publish,
         }
     }
 }
+
+/// The notification channel the outbox's insert trigger signals (migration 0011).
+pub const CHANNEL: &str = "outbox";
+
+/// How often an idle relay looks at the outbox without being notified.
+pub const FALLBACK_POLL: Duration = Duration::from_secs(5);
 
 struct Row {
     id: i64,
@@ -88,6 +103,67 @@ impl Blocked {
         self.until.retain(|_, until| *until > now);
         self.until.keys().cloned().collect()
     }
+
+    /// When the first pause still running ends.
+    fn next_end(&self) -> Option<tokio::time::Instant> {
+        self.until.values().min().copied()
+    }
+}
+
+/// What wakes an idle relay: notifications on [`CHANNEL`], when it could
+/// listen. Without a listening connection the relay only polls, and tries to
+/// listen again on its next wait.
+struct Wakeup {
+    pool: PgPool,
+    listener: Option<PgListener>,
+}
+
+impl Wakeup {
+    async fn new(pool: &PgPool) -> Self {
+        let mut wakeup = Self {
+            pool: pool.clone(),
+            listener: None,
+        };
+        wakeup.listen().await;
+        wakeup
+    }
+
+    async fn listen(&mut self) {
+        if self.listener.is_some() {
+            return;
+        }
+        let listener = async {
+            let mut listener = PgListener::connect_with(&self.pool).await?;
+            listener.listen(CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        match listener.await {
+            Ok(listener) => self.listener = Some(listener),
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for outbox notifications; polling the outbox")
+            }
+        }
+    }
+
+    /// Waits for a notification, at most `pause`. Returns early too when the
+    /// listening connection was lost (notifications may have been missed).
+    async fn wait(&mut self, pause: Duration) {
+        self.listen().await;
+        let Some(listener) = &mut self.listener else {
+            tokio::time::sleep(pause).await;
+            return;
+        };
+        match tokio::time::timeout(pause, listener.try_recv()).await {
+            Err(_elapsed) => {}
+            // Several commits may have notified meanwhile: one batch serves them all.
+            Ok(Ok(Some(_))) => while listener.next_buffered().is_some() {},
+            Ok(Ok(None)) => tracing::info!("outbox listening connection lost; reconnected"),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "outbox listening failed; polling the outbox");
+                self.listener = None;
+            }
+        }
+    }
 }
 
 /// Whether the relay's producer is usable, for readiness: after a fatal
@@ -120,6 +196,8 @@ pub async fn run(
 ) {
     let mut last_cleanup = tokio::time::Instant::now();
     let mut blocked = Blocked::default();
+    // Listening before the first look: no row committed after it goes unnoticed.
+    let mut wakeup = Wakeup::new(&pool).await;
     while !cancel.is_cancelled() {
         if let Some((code, reason)) = producer.client().fatal_error() {
             let why = format!("{code:?}: {reason}");
@@ -140,12 +218,16 @@ pub async fn run(
                 }
             }
         }
-        let pause = match relay_batch(&pool, &producer, &config, &mut blocked).await {
-            Ok(0) => config.idle,
-            Ok(_) => Duration::ZERO,
+        let idle = match relay_batch(&pool, &producer, &config, &mut blocked).await {
+            Ok(0) => true,
+            Ok(_) => false,
             Err(error) => {
                 tracing::warn!(%error, "outbox relay batch failed; will retry");
-                Duration::from_secs(1)
+                tokio::select! {
+                    () = cancel.cancelled() => break,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                false
             }
         };
         if last_cleanup.elapsed() > Duration::from_secs(60) {
@@ -154,9 +236,18 @@ pub async fn run(
                 tracing::warn!(%error, "outbox cleanup failed");
             }
         }
+        if !idle {
+            continue;
+        }
+        // Nothing to send: wait for a commit's notification, the end of a
+        // blocked aggregate's pause, or the fallback poll.
+        let now = tokio::time::Instant::now();
+        let pause = blocked.next_end().map_or(config.idle, |end| {
+            config.idle.min(end.saturating_duration_since(now))
+        });
         tokio::select! {
             () = cancel.cancelled() => break,
-            () = tokio::time::sleep(pause) => {}
+            () = wakeup.wait(pause) => {}
         }
     }
 }

@@ -316,3 +316,82 @@ async fn readiness_says_when_the_outbox_producer_has_failed(pool: PgPool) {
     assert_eq!(ready().await.status(), 200);
     service.stop().await;
 }
+
+/// An idle relay does not poll the outbox: the trigger's notification wakes
+/// it, so a row written after a quiet spell is published at once (tens of
+/// milliseconds; the bound leaves room for a loaded machine). The fallback
+/// poll is a minute here, so only the notification can do it.
+#[sqlx::test(migrator = "order_service::MIGRATOR")]
+async fn an_idle_relay_is_woken_by_the_outbox_notification(pool: PgPool) {
+    let topic = format!("relay-notify-{}", uuid::Uuid::new_v4().simple());
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(relay::run(
+        pool.clone(),
+        kafka::producer(&brokers()).unwrap(),
+        RelayConfig {
+            topic: topic.clone(),
+            batch: 10,
+            retention: Duration::from_secs(3_600),
+            idle: Duration::from_secs(60),
+            crash_after_publish: false,
+        },
+        relay::RelayHealth::default(),
+        || kafka::producer(&brokers()),
+        cancel.clone(),
+    ));
+    // Quiet long enough for the relay to have found the outbox empty and waited.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let written = tokio::time::Instant::now();
+    sqlx::query(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', 'key-1', 'test', '{\"id\": \"1\"}')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    loop {
+        let published: bool = sqlx::query_scalar(
+            "SELECT published_at IS NOT NULL FROM outbox WHERE aggregate_id = 'key-1'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if published {
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_secs(5),
+            "not published {:?} after the write",
+            written.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let latency = written.elapsed();
+    eprintln!("published {latency:?} after the write");
+
+    // And it is on the topic.
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", format!("reader-{topic}"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&topic]).unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+        .await
+        .expect("the row reached the topic")
+        .unwrap();
+    assert_eq!(message.key(), Some(&b"key-1"[..]));
+
+    cancel.cancel();
+    task.await.unwrap();
+    assert!(
+        latency < Duration::from_secs(3),
+        "published after {latency:?}"
+    );
+}
