@@ -318,9 +318,9 @@ async fn readiness_says_when_the_outbox_producer_has_failed(pool: PgPool) {
 }
 
 /// An idle relay does not poll the outbox: the trigger's notification wakes
-/// it, so a row written after a quiet spell is published at once (tens of
-/// milliseconds; the bound leaves room for a loaded machine). The fallback
-/// poll is a minute here, so only the notification can do it.
+/// it, so a row written after a quiet spell is published at once (the
+/// bound leaves room for a busy machine). The fallback poll is a minute
+/// here, so only the notification can do it.
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
 async fn an_idle_relay_is_woken_by_the_outbox_notification(pool: PgPool) {
     let topic = format!("relay-notify-{}", uuid::Uuid::new_v4().simple());
