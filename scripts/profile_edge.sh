@@ -9,7 +9,8 @@
 # nothing on some VMs, and frame pointers would need every crate rebuilt).
 # Writes docs/perf/PHASE.svg (the benchmark process's threads only) and
 # docs/perf/PHASE-machine.svg (every process: wrk, Redis, the kernel), and
-# prints the top frames of the benchmark process by self time.
+# prints the top frames of the benchmark process by self time. The
+# recordings and folded stacks stay in target/perf/.
 # Needs Debian's linux-perf and inferno's tools (`cargo install inferno`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +22,9 @@ command -v perf >/dev/null || { say "installing linux-perf (Debian)"; apt-get in
 command -v inferno-flamegraph >/dev/null || { say "installing inferno (crates.io)"; cargo install --locked inferno >/dev/null; }
 ensure_redis
 OUT=docs/perf
-WORK=$(mktemp -d)
-trap 'kill "${BENCH_PID:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+WORK=target/perf # the recordings and folded stacks, kept for a closer look
+trap 'kill "${BENCH_PID:-}" 2>/dev/null || true' EXIT
+mkdir -p "$WORK"
 mkdir -p "$OUT"
 
 cargo bench --locked -p gateway --bench edge --no-run 2>/dev/null
@@ -40,18 +42,22 @@ for phase in "${PHASES[@]}"; do
   pid=$(pgrep -f '/deps/edge-[0-9a-f]+( |$)' | head -1)
   say "recording $phase (benchmark process $pid)"
   perf record -a -F 499 --call-graph dwarf,16384 -o "$WORK/$phase.data" -- sleep 8 2>/dev/null
-  perf script -i "$WORK/$phase.data" 2>/dev/null | inferno-collapse-perf --pid >"$WORK/$phase.folded"
-  sed -E 's/^([^;]*)-[0-9]+(\/[0-9]+)?;/\1;/' "$WORK/$phase.folded" |
-    inferno-flamegraph --title "$phase: whole machine" >"$OUT/$phase-machine.svg"
-  # The gateway: the benchmark process's threads, by pid.
-  grep -E "^[^;]*-$pid(/[0-9]+)?;" "$WORK/$phase.folded" >"$WORK/$phase.gateway" || true
+  echo "$pid" >"$WORK/$phase.pid"
+done
+# Folded only once every phase is recorded: perf script takes minutes.
+for phase in "${PHASES[@]}"; do
+  pid=$(cat "$WORK/$phase.pid")
+  perf script -i "$WORK/$phase.data" 2>/dev/null | inferno-collapse-perf >"$WORK/$phase.folded"
+  inferno-flamegraph --title "$phase: whole machine" <"$WORK/$phase.folded" >"$OUT/$phase-machine.svg"
+  # The gateway: the benchmark process's threads.
+  perf script -i "$WORK/$phase.data" --pid "$pid" 2>/dev/null | inferno-collapse-perf >"$WORK/$phase.gateway"
   inferno-flamegraph --title "$phase: the gateway's threads" <"$WORK/$phase.gateway" >"$OUT/$phase.svg"
   total=$(awk '{s += $NF} END {print s}' "$WORK/$phase.folded")
   ours=$(awk '{s += $NF} END {print s}' "$WORK/$phase.gateway")
   echo "$phase: the gateway's threads took $((100 * ours / total)) % of the machine's samples; top frames by self time:"
   awk '{n = $NF; sub(/ [0-9]+$/, ""); k = split($0, f, ";"); self[f[k]] += n; s += n}
        END {for (x in self) printf "%6.2f%%  %s\n", 100 * self[x] / s, x}' "$WORK/$phase.gateway" |
-    sort -rn | head -25
+    sort -rn | head -25 || true
 done
 wait "$BENCH_PID" || true
 say "flame graphs in $OUT/"

@@ -97,7 +97,10 @@ pub fn protect(routes: Router, config: &Config) -> Router {
     let protected = ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(axum::middleware::from_fn_with_state(clients.clone(), traced))
+        .layer(axum::middleware::from_fn_with_state(
+            clients.clone(),
+            traced,
+        ))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
         .layer(axum::middleware::from_fn_with_state(
             std::sync::Arc::new(Places {
