@@ -7,10 +7,10 @@
 # benchmark announces a phase on stderr, records the whole machine for 8 s
 # (`perf record -a --call-graph dwarf`: attaching to the one process records
 # nothing on some VMs, and frame pointers would need every crate rebuilt).
-# Writes docs/perf/PHASE.svg (the benchmark process's threads only) and
-# docs/perf/PHASE-machine.svg (every process: wrk, Redis, the kernel), and
-# prints the top frames of the benchmark process by self time. The
-# recordings and folded stacks stay in target/perf/.
+# Writes docs/perf/PHASE.svg (the benchmark process's threads only: the
+# gateway) and prints its top frames by self time; the recordings, folded
+# stacks and target/perf/PHASE-machine.svg (every process: wrk, Redis, the
+# kernel) stay in target/perf/.
 # Needs Debian's linux-perf and inferno's tools (`cargo install inferno`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +48,7 @@ done
 for phase in "${PHASES[@]}"; do
   pid=$(cat "$WORK/$phase.pid")
   perf script -i "$WORK/$phase.data" 2>/dev/null | inferno-collapse-perf >"$WORK/$phase.folded"
-  inferno-flamegraph --title "$phase: whole machine" <"$WORK/$phase.folded" >"$OUT/$phase-machine.svg"
+  inferno-flamegraph --title "$phase: whole machine" <"$WORK/$phase.folded" >"$WORK/$phase-machine.svg"
   # The gateway: the benchmark process's threads.
   perf script -i "$WORK/$phase.data" --pid "$pid" 2>/dev/null | inferno-collapse-perf >"$WORK/$phase.gateway"
   inferno-flamegraph --title "$phase: the gateway's threads" <"$WORK/$phase.gateway" >"$OUT/$phase.svg"
