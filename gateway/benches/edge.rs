@@ -76,6 +76,20 @@ enum Kind {
 }
 
 impl Kind {
+    /// The rows' names in the report: its baseline's and its own.
+    fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Status => (
+                "baseline: axum + one ZRANK",
+                "GET  /v1/events/{id}/queue/status",
+            ),
+            Kind::Join => (
+                "baseline: axum + one ZADD (new member)",
+                "POST /v1/events/{id}/queue (new fan)",
+            ),
+        }
+    }
+
     fn path(self) -> &'static str {
         match self {
             Kind::Status => "/v1/events/ev/queue/status",
@@ -609,16 +623,7 @@ async fn bench() {
         )
     };
     for (kind, base, ours, bare) in &saturated {
-        let (baseline, name) = match kind {
-            Kind::Status => (
-                "baseline: axum + one ZRANK",
-                "GET  /v1/events/{id}/queue/status",
-            ),
-            Kind::Join => (
-                "baseline: axum + one ZADD (new member)",
-                "POST /v1/events/{id}/queue (new fan)",
-            ),
-        };
+        let (baseline, name) = kind.labels();
         row(baseline, base, base);
         row(name, ours, base);
         row("  the same without the protective layers", bare, base);
@@ -639,16 +644,7 @@ async fn bench() {
         "endpoint", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "non-2xx", "p99 vs base"
     );
     for (kind, _, base, ours) in &fixed {
-        let (baseline, name) = match kind {
-            Kind::Status => (
-                "baseline: axum + one ZRANK",
-                "GET  /v1/events/{id}/queue/status",
-            ),
-            Kind::Join => (
-                "baseline: axum + one ZADD (new member)",
-                "POST /v1/events/{id}/queue (new fan)",
-            ),
-        };
+        let (baseline, name) = kind.labels();
         for (label, run) in [(baseline, base), (name, ours)] {
             println!(
                 "{label:<44} {:>9.0} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>12.2}x",

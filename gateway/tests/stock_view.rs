@@ -211,6 +211,96 @@ async fn while_every_seat_is_only_held_fans_keep_their_place(
     stack.stop().await;
 }
 
+/// An event of one seat (10 s access tokens) whose payments fail, with fans
+/// A and C admitted and A holding the seat: C's access token, and A's order.
+async fn one_seat_held_by_a(stack: &Stack, event: &str) -> (String, serde_json::Value) {
+    stack
+        .create_event_with(
+            event,
+            json!({ "capacity": 1, "per_fan_limit": 1, "access_ttl_s": 10 }),
+        )
+        .await;
+    stack.knobs(json!({ "error_rate": 1.0 })).await;
+    let mut access = Vec::new();
+    for fan in ["fan-a", "fan-c"] {
+        let (_, joined) = stack.join(event, fan).await;
+        access.push(
+            stack
+                .wait_admitted(event, joined["queue_ticket"].as_str().unwrap())
+                .await,
+        );
+    }
+    let (status, held_by_a) = stack.buy(event, &access[0], 1, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{held_by_a}");
+    (access.swap_remove(1), held_by_a)
+}
+
+/// A 409 `seats-held`: keeps the renewed access token it carries, if any.
+fn keep_renewed(problem: &serde_json::Value, token: &mut String) {
+    assert!(
+        problem["type"].as_str().unwrap().ends_with("/seats-held"),
+        "{problem}"
+    );
+    if let Some(fresh) = problem["admission"]["access_token"].as_str() {
+        *token = fresh.to_owned();
+    }
+}
+
+/// C retries every 2 s for 18 s, well past the first token's 10 s (and its
+/// 5 s of leeway), each time told `seats-held`, with the token each answer gives.
+async fn retry_while_held(stack: &Stack, event: &str, token: &mut String, key: Option<&str>) {
+    let waited = Instant::now();
+    while waited.elapsed() < Duration::from_secs(18) {
+        let (status, problem) = stack.buy(event, token, 1, key).await;
+        assert_eq!(
+            status,
+            StatusCode::CONFLICT,
+            "after {:?}: {problem}",
+            waited.elapsed()
+        );
+        keep_renewed(&problem, token);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// A's hold lapses, and the provider is back: A's saga, backing off (up to
+/// 30 s), voids it at its next turn and the seat comes back. C keeps
+/// retrying meanwhile, as told, and so keeps its admission, then buys; its
+/// order is confirmed with tickets.
+async fn buy_once_the_hold_lapses(
+    stack: &Stack,
+    event: &str,
+    held_by_a: &serde_json::Value,
+    token: &mut String,
+    key: Option<&str>,
+) {
+    let order_a = uuid::Uuid::parse_str(held_by_a["order_id"].as_str().unwrap()).unwrap();
+    sqlx::query("UPDATE orders SET hold_expires_at = now() WHERE order_id = $1")
+        .bind(order_a)
+        .execute(&stack.pool)
+        .await
+        .unwrap();
+    stack.knobs(json!({})).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let bought = loop {
+        let (status, body) = stack.buy(event, token, 1, key).await;
+        if status == StatusCode::ACCEPTED {
+            break body;
+        }
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        keep_renewed(&body, token);
+        assert!(Instant::now() < deadline, "the held seat never came back");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let order = stack
+        .wait_ticketed(
+            bought["order_id"].as_str().unwrap(),
+            bought["order_token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(order["status"], "confirmed");
+}
+
 /// A fan told `seats-held` keeps the admission however long the seats stay
 /// held, past the access token's life (`access_ttl_s`, 10 s here): each
 /// `seats-held` answer carries a fresh access token for the same admission.
@@ -222,89 +312,15 @@ async fn a_fan_told_seats_are_held_keeps_the_admission_past_its_token(
     connect: PgConnectOptions,
 ) {
     let stack = Stack::start(options, connect).await;
-    stack
-        .create_event_with(
-            "longheld",
-            json!({ "capacity": 1, "per_fan_limit": 1, "access_ttl_s": 10 }),
-        )
-        .await;
-    stack.knobs(json!({ "error_rate": 1.0 })).await;
-
-    // Fans A and C are admitted; A holds the only seat, its payment failing.
-    let mut access = Vec::new();
-    for fan in ["fan-a", "fan-c"] {
-        let (_, joined) = stack.join("longheld", fan).await;
-        access.push(
-            stack
-                .wait_admitted("longheld", joined["queue_ticket"].as_str().unwrap())
-                .await,
-        );
-    }
-    let (status, held_by_a) = stack.buy("longheld", &access[0], 1, None).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{held_by_a}");
+    let (mut token, held_by_a) = one_seat_held_by_a(&stack, "longheld").await;
     let deadline = Instant::now() + Duration::from_secs(5);
     while stack.public_event("longheld").await["state"] != "all_held" {
         assert!(Instant::now() < deadline, "never all_held");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-
-    // C retries every 2 s, well past the first token's 10 s (and its 5 s of
-    // leeway), with the token each `seats-held` answer gives.
-    let mut token = access[1].clone();
-    let waited = Instant::now();
-    while waited.elapsed() < Duration::from_secs(18) {
-        let (status, problem) = stack.buy("longheld", &token, 1, None).await;
-        assert_eq!(
-            status,
-            StatusCode::CONFLICT,
-            "after {:?}: {problem}",
-            waited.elapsed()
-        );
-        assert!(
-            problem["type"].as_str().unwrap().ends_with("/seats-held"),
-            "{problem}"
-        );
-        if let Some(fresh) = problem["admission"]["access_token"].as_str() {
-            token = fresh.to_owned();
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    retry_while_held(&stack, "longheld", &mut token, None).await;
     assert_eq!(stack.public_event("longheld").await["state"], "all_held");
-
-    // A's hold lapses, and the provider is back: A's saga, backing off (up
-    // to 30 s), voids it at its next turn and the seat comes back. C keeps
-    // retrying meanwhile, as told, and so keeps its admission, then buys.
-    let order_a = uuid::Uuid::parse_str(held_by_a["order_id"].as_str().unwrap()).unwrap();
-    sqlx::query("UPDATE orders SET hold_expires_at = now() WHERE order_id = $1")
-        .bind(order_a)
-        .execute(&stack.pool)
-        .await
-        .unwrap();
-    stack.knobs(json!({})).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let bought = loop {
-        let (status, body) = stack.buy("longheld", &token, 1, None).await;
-        if status == StatusCode::ACCEPTED {
-            break body;
-        }
-        assert_eq!(status, StatusCode::CONFLICT, "{body}");
-        assert!(
-            body["type"].as_str().unwrap().ends_with("/seats-held"),
-            "{body}"
-        );
-        if let Some(fresh) = body["admission"]["access_token"].as_str() {
-            token = fresh.to_owned();
-        }
-        assert!(Instant::now() < deadline, "the held seat never came back");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    let order = stack
-        .wait_ticketed(
-            bought["order_id"].as_str().unwrap(),
-            bought["order_token"].as_str().unwrap(),
-        )
-        .await;
-    assert_eq!(order["status"], "confirmed");
+    buy_once_the_hold_lapses(&stack, "longheld", &held_by_a, &mut token, None).await;
     // One admission, one purchase: the first token is spent with it.
     let (status, body) = stack.buy("longheld", &token, 1, Some("another")).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
@@ -325,24 +341,7 @@ async fn a_spent_token_told_seats_are_held_retries_past_its_life(
     connect: PgConnectOptions,
 ) {
     let stack = Stack::start(options, connect).await;
-    stack
-        .create_event_with(
-            "lateheld",
-            json!({ "capacity": 1, "per_fan_limit": 1, "access_ttl_s": 10 }),
-        )
-        .await;
-    stack.knobs(json!({ "error_rate": 1.0 })).await;
-    let mut access = Vec::new();
-    for fan in ["fan-a", "fan-c"] {
-        let (_, joined) = stack.join("lateheld", fan).await;
-        access.push(
-            stack
-                .wait_admitted("lateheld", joined["queue_ticket"].as_str().unwrap())
-                .await,
-        );
-    }
-    let (status, held_by_a) = stack.buy("lateheld", &access[0], 1, None).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{held_by_a}");
+    let (mut token, held_by_a) = one_seat_held_by_a(&stack, "lateheld").await;
 
     // The edge's view says a seat is free, at a version no publish passes.
     let mut redis =
@@ -362,25 +361,7 @@ async fn a_spent_token_told_seats_are_held_retries_past_its_life(
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let mut token = access[1].clone();
-    let waited = Instant::now();
-    while waited.elapsed() < Duration::from_secs(18) {
-        let (status, problem) = stack.buy("lateheld", &token, 1, Some("c")).await;
-        assert_eq!(
-            status,
-            StatusCode::CONFLICT,
-            "after {:?}: {problem}",
-            waited.elapsed()
-        );
-        assert!(
-            problem["type"].as_str().unwrap().ends_with("/seats-held"),
-            "{problem}"
-        );
-        if let Some(fresh) = problem["admission"]["access_token"].as_str() {
-            token = fresh.to_owned();
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    retry_while_held(&stack, "lateheld", &mut token, Some("c")).await;
     // The renewed token cannot start another purchase.
     let (status, body) = stack.buy("lateheld", &token, 1, Some("other")).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
@@ -388,40 +369,6 @@ async fn a_spent_token_told_seats_are_held_retries_past_its_life(
         body["type"].as_str().unwrap().ends_with("/token-used"),
         "{body}"
     );
-
-    // A's hold lapses, and the provider is back: A's saga, backing off (up
-    // to 30 s), voids it at its next turn and the seat comes back. C keeps
-    // retrying meanwhile, as told, and so keeps its admission, then buys.
-    let order_a = uuid::Uuid::parse_str(held_by_a["order_id"].as_str().unwrap()).unwrap();
-    sqlx::query("UPDATE orders SET hold_expires_at = now() WHERE order_id = $1")
-        .bind(order_a)
-        .execute(&stack.pool)
-        .await
-        .unwrap();
-    stack.knobs(json!({})).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let bought = loop {
-        let (status, body) = stack.buy("lateheld", &token, 1, Some("c")).await;
-        if status == StatusCode::ACCEPTED {
-            break body;
-        }
-        assert_eq!(status, StatusCode::CONFLICT, "{body}");
-        assert!(
-            body["type"].as_str().unwrap().ends_with("/seats-held"),
-            "{body}"
-        );
-        if let Some(fresh) = body["admission"]["access_token"].as_str() {
-            token = fresh.to_owned();
-        }
-        assert!(Instant::now() < deadline, "the held seat never came back");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    let order = stack
-        .wait_ticketed(
-            bought["order_id"].as_str().unwrap(),
-            bought["order_token"].as_str().unwrap(),
-        )
-        .await;
-    assert_eq!(order["status"], "confirmed");
+    buy_once_the_hold_lapses(&stack, "lateheld", &held_by_a, &mut token, Some("c")).await;
     stack.stop().await;
 }
