@@ -1,4 +1,0 @@
-// The migrations are embedded by `sqlx::migrate!`: rebuild when one is added.
-fn main() {
-    println!("cargo:rerun-if-changed=migrations");
-}
