@@ -22,12 +22,6 @@ const LEASE: Duration = Duration::from_millis(1_000);
 const TICK: Duration = Duration::from_millis(100);
 
 async fn setup(rate: f64, fans: usize) -> (ConnectionManager, String, EventKeys) {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut redis = ConnectionManager::new(redis::Client::open(url).unwrap())
-        .await
-        .unwrap();
-    let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
-    let keys = EventKeys::new(&prefix, "ev");
     let config = {
         let mut c = EventConfig::open("Lead", 100_000, rate);
         c.max_active = 100_000;
@@ -36,11 +30,7 @@ async fn setup(rate: f64, fans: usize) -> (ConnectionManager, String, EventKeys)
         c.shuffle_seed = "seed".into();
         c
     };
-    let _: () = redis
-        .hset_multiple(keys.config(), &config.to_fields())
-        .await
-        .unwrap();
-    let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
+    let (mut redis, prefix, keys) = common::event(&config).await;
     let members: Vec<(i64, String)> = (0..fans).map(|i| (i as i64, format!("fan-{i}"))).collect();
     let _: () = redis.zadd_multiple(keys.queue(), &members).await.unwrap();
     (redis, prefix, keys)
@@ -49,11 +39,6 @@ async fn setup(rate: f64, fans: usize) -> (ConnectionManager, String, EventKeys)
 async fn admitted(redis: &mut ConnectionManager, keys: &EventKeys) -> u64 {
     let total: Option<u64> = redis.hget(keys.admit(), "admitted_total").await.unwrap();
     total.unwrap_or(0)
-}
-
-async fn cleanup(mut redis: ConnectionManager, prefix: &str) {
-    let keys: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
-    let _: () = redis.del(keys).await.unwrap();
 }
 
 #[tokio::test]
@@ -97,7 +82,7 @@ async fn two_replicas_admit_at_one_rate_and_the_standby_takes_over() {
     assert_ne!(took_over, leader);
     println!("takeover after {:?} (lease {LEASE:?})", died.elapsed());
     cancel.cancel();
-    cleanup(redis, &prefix).await;
+    common::cleanup(redis, &prefix).await;
 }
 
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
@@ -195,5 +180,5 @@ async fn a_patched_rate_applies_on_the_next_tick_and_pause_stops_admission(pool:
     admitter.tick_event("ev", t0 + 1_100).await.unwrap();
     assert!(admitted(&mut redis, &keys).await > 21, "admitting again");
     order_service.cancel();
-    cleanup(redis, &prefix).await;
+    common::cleanup(redis, &prefix).await;
 }

@@ -7,17 +7,17 @@
 //! Each replica gets its own recorder (a thread-local one, as each replica's
 //! process has its own), so what each would serve at /metrics is read apart.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use admission::admitter::Admitter;
 use boxoffice_contract::event::{now_ms, EventConfig};
-use boxoffice_contract::keys::{events_key, EventKeys};
 use metrics::{
     Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
 const LEASE: Duration = Duration::from_millis(1_000);
@@ -105,20 +105,10 @@ fn max_rate(replicas: &[&Replica], event: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn a_former_leader_does_not_export_a_stale_rate() {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut redis = ConnectionManager::new(redis::Client::open(url).unwrap())
-        .await
-        .unwrap();
-    let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
-    let keys = EventKeys::new(&prefix, "ev");
     let mut config = EventConfig::open("Rate", 1_000, 50.0);
     config.max_active = 1_000;
     config.max_queue = 1_000;
-    let _: () = redis
-        .hset_multiple(keys.config(), &config.to_fields())
-        .await
-        .unwrap();
-    let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
+    let (mut redis, prefix, keys) = common::event(&config).await;
     let replica = |name: &str| Replica {
         admitter: Admitter::new(redis.clone(), &prefix, name, LEASE, TICK),
         metrics: Gauges::default(),
@@ -164,6 +154,5 @@ async fn a_former_leader_does_not_export_a_stale_rate() {
     a.tick(t0 + 600).await;
     assert_eq!(max_rate(&[&a, &b], "ev"), Some(0.0), "closed");
 
-    let all: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
-    let _: () = redis.del(all).await.unwrap();
+    common::cleanup(redis, &prefix).await;
 }

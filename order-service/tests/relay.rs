@@ -52,14 +52,7 @@ async fn two_relays_publish_every_row_once_in_order_per_key(pool: PgPool) {
         })
         .collect();
 
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("group.id", format!("reader-{topic}"))
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    consumer.subscribe(&[&topic]).unwrap();
+    let consumer = reader(&topic);
     let mut by_key: HashMap<String, Vec<i64>> = HashMap::new();
     let mut total = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -374,14 +367,7 @@ async fn an_idle_relay_is_woken_by_the_outbox_notification(pool: PgPool) {
     eprintln!("published {latency:?} after the write");
 
     // And it is on the topic.
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("group.id", format!("reader-{topic}"))
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    consumer.subscribe(&[&topic]).unwrap();
+    let consumer = reader(&topic);
     let message = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
         .await
         .expect("the row reached the topic")
@@ -394,4 +380,18 @@ async fn an_idle_relay_is_woken_by_the_outbox_notification(pool: PgPool) {
         latency < Duration::from_secs(3),
         "published after {latency:?}"
     );
+}
+
+/// A consumer of `topic` from its start, in a group of its own, committing
+/// nothing: what a test reads the relay's output with.
+fn reader(topic: &str) -> StreamConsumer {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", format!("reader-{topic}"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    consumer
 }

@@ -1,8 +1,13 @@
-//! A real order service for admin writes, which keep each event's settings in PostgreSQL.
+//! What the admission tests share: an event of their own in Redis under a
+//! fresh key prefix, and a real order service for admin writes, which keep
+//! each event's settings in PostgreSQL.
 #![allow(dead_code)]
 
 use boxoffice_contract::auth::ServiceTokenArgs;
+use boxoffice_contract::event::EventConfig;
+use boxoffice_contract::keys::{events_key, EventKeys};
 use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
 /// The internal plane's token in these tests (admission and order service alike).
@@ -10,6 +15,30 @@ pub const SERVICE_TOKEN: &str = "test-service-token-of-at-least-32-bytes";
 
 pub fn service() -> ServiceTokenArgs {
     ServiceTokenArgs::new(SERVICE_TOKEN)
+}
+
+/// A connection to the test Redis, a fresh key prefix (so tests run side by
+/// side), and the event `ev` under it with `config`, listed among the
+/// prefix's events as admission finds them.
+pub async fn event(config: &EventConfig) -> (ConnectionManager, String, EventKeys) {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let mut redis = ConnectionManager::new(redis::Client::open(url).unwrap())
+        .await
+        .unwrap();
+    let prefix = format!("t{}", uuid::Uuid::new_v4().simple());
+    let keys = EventKeys::new(&prefix, "ev");
+    let _: () = redis
+        .hset_multiple(keys.config(), &config.to_fields())
+        .await
+        .unwrap();
+    let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
+    (redis, prefix, keys)
+}
+
+/// Deletes every key under `prefix`.
+pub async fn cleanup(mut redis: ConnectionManager, prefix: &str) {
+    let keys: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
+    let _: () = redis.del(keys).await.unwrap();
 }
 
 /// A real order service on the test's database, where admin writes keep the
