@@ -1,7 +1,8 @@
 //! Logs, traces and metrics, the same way in every binary.
 //!
 //! - [`init`]: `RUST_LOG` filters; `--log-json` writes one JSON object a line,
-//!   with the fields of every enclosing span (`request_id`, `trace_id`, …).
+//!   with the fields of every enclosing span (`request_id`, `trace_id`, …);
+//!   plain text is coloured only on a terminal.
 //! - [`observe`]: the HTTP middleware every service wraps its routes in: the
 //!   request's span (with its W3C trace id), `boxoffice_http_requests_total`
 //!   and `boxoffice_http_request_duration_seconds`, and the `traceparent` of
@@ -28,9 +29,20 @@ use crate::trace::{TraceContext, TRACEPARENT};
 /// anything is logged or counted (a second call is a no-op, so tests
 /// starting several services in one process may all call it).
 pub fn init(json: bool) {
-    prometheus();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    init_with(filter, json);
+}
+
+/// [`init`] with the log filter given rather than read from `RUST_LOG` (the
+/// edge benchmark's own knob).
+pub fn init_with(filter: EnvFilter, json: bool) {
+    prometheus();
+    // Colour codes in a file, a pipe or a container's log are noise for the
+    // reader and cost every request span (field names are styled per span).
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(terminal);
     let _ = if json {
         builder
             .json()

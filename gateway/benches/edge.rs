@@ -25,7 +25,8 @@
 //!
 //! Knobs: BENCH_SECONDS (default 8), BENCH_CONNECTIONS (64), BENCH_FANS
 //! (1000000, for the memory figure), BENCH_RATE_SHARE (0.5), BENCH_LOG (the
-//! log filter, `info`).
+//! log filter, `info`), BENCH_LOG_JSON (`true` for the JSON lines of k8s/;
+//! default `false`, the plain text of compose).
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -462,14 +463,15 @@ fn main() {
 }
 
 async fn bench() {
-    // The gateway's telemetry as it is deployed: the Prometheus recorder,
-    // and request spans at `info` (RUST_LOG in compose and k8s/).
-    boxoffice_contract::telemetry::prometheus();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
+    // The gateway's telemetry as it is deployed: the binary's own set-up,
+    // the Prometheus recorder and request spans at `info` (RUST_LOG in
+    // compose and k8s/), plain text (compose) or JSON (k8s/).
+    boxoffice_contract::telemetry::init_with(
+        tracing_subscriber::EnvFilter::new(
             std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
-        ))
-        .init();
+        ),
+        env_or("BENCH_LOG_JSON", false),
+    );
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
         .await

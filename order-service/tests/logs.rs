@@ -1,4 +1,5 @@
-//! `--log-json` on the real binary: every log line is one JSON object.
+//! `--log-json` on the real binary: every log line is one JSON object;
+//! without it, plain text, uncoloured when not written to a terminal.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -8,6 +9,7 @@ fn first_line(args: &[&str]) -> String {
         .args(args)
         .env("RUST_LOG", "info")
         .env_remove("BOXOFFICE_LOG_JSON")
+        .env_remove("NO_COLOR")
         .env("PAYMENT_API_KEY", "a-payment-api-key-of-at-least-32-bytes")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -41,4 +43,6 @@ fn log_json_writes_one_json_object_a_line() {
         "{plain:?}"
     );
     assert!(serde_json::from_str::<serde_json::Value>(&plain).is_err());
+    // Written to a pipe, not a terminal: no colour codes in the text.
+    assert!(!plain.contains('\x1b'), "{plain:?}");
 }
