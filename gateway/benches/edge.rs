@@ -28,6 +28,8 @@
 //! log filter, `info`), BENCH_LOG_JSON (`true` for the JSON lines of k8s/;
 //! default `false`, the plain text of compose).
 
+mod common;
+
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -420,37 +422,6 @@ async fn cleanup(redis: &mut ConnectionManager, prefix: &str) {
     }
 }
 
-#[derive(serde::Deserialize)]
-struct Fan {
-    fan_id: String,
-}
-
-/// The least an edge handler can do for each: one ZRANK, or one ZADD of
-/// the fan named in the body.
-fn baselines(redis: ConnectionManager, queue: String, bare: String) -> Router {
-    Router::new()
-        .route(
-            Kind::Status.path(),
-            get(
-                |State((mut redis, queue, _)): State<(ConnectionManager, String, String)>| async move {
-                    let rank: Option<u64> = redis.zrank(&queue, "filler-25000").await.unwrap_or(None);
-                    Json(serde_json::json!({ "position": rank.map(|r| r + 1) }))
-                },
-            ),
-        )
-        .route(
-            Kind::Join.path(),
-            post(
-                |State((mut redis, _, bare)): State<(ConnectionManager, String, String)>,
-                 Json(fan): Json<Fan>| async move {
-                    let added: u64 = redis.zadd(&bare, &fan.fan_id, now_ms()).await.unwrap_or(0);
-                    Json(serde_json::json!({ "added": added }))
-                },
-            ),
-        )
-        .with_state((redis, queue, bare))
-}
-
 fn main() {
     if let Ok(address) = std::env::var("BENCH_OPEN_ADDR") {
         return open_model_client(address);
@@ -504,7 +475,7 @@ async fn bench() {
     let tokens = std::env::temp_dir().join(format!("{prefix}.tickets"));
     std::fs::write(&tokens, tickets.join("\n")).unwrap();
 
-    let baseline_url = serve(baselines(
+    let baseline_url = serve(common::baselines(
         redis.clone(),
         keys.queue(),
         format!("{prefix}:bare-joins"),

@@ -1,0 +1,167 @@
+//! The gateway's own CPU per request, counted in instructions rather than
+//! timed: `scripts/edge_cost.sh` runs this under `valgrind --tool=callgrind`
+//! twice, with `BENCH_REQUESTS` requests and with twice as many, counting
+//! from [`measuring_starts`] to [`measuring_ends`] only (building the
+//! requests and signing the fans' tickets are left out), and divides the
+//! difference by the extra requests.
+//! An instruction count is the same from run to run on a busy machine, which
+//! a 1 % change in req/s on two noisy cores is not; it leaves out the kernel,
+//! the network and Redis's own CPU (the edge benchmark has those).
+//!
+//! Requests go straight into the service (`oneshot`), as hyper hands them
+//! over, one at a time on a single-threaded runtime. `BENCH_SERVE` picks it:
+//! `gateway` (default: the protective layers with their default limits,
+//! `gateway::app`), `bare` (the same routes without them, `gateway::router`)
+//! or `baseline` (the edge benchmark's bare axum handler doing one ZRANK or
+//! one ZADD). Each request comes from another client address behind a
+//! trusted proxy; status polls carry another fan's ticket each, joins name a
+//! new fan each, so the limits see a crowd.
+//!
+//! `BENCH_KIND` is `status` (default) or `join`; `BENCH_LOG` the log filter
+//! (`info`, as deployed). Needs the local Redis.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use boxoffice_contract::event::{now_ms, EventConfig, Identity};
+use boxoffice_contract::keys::{events_key, EventKeys};
+use boxoffice_contract::token::{generate_ed25519_pem, now_s, Claims, KeySet, TokenUse};
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use tower::ServiceExt;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const SECRET: &[u8] = b"bench-queue-secret-of-32-bytes-at-least!";
+
+fn main() {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run());
+}
+
+async fn run() {
+    let requests: usize = std::env::var("BENCH_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let join = std::env::var("BENCH_KIND").is_ok_and(|k| k == "join");
+    let serve = std::env::var("BENCH_SERVE").unwrap_or_else(|_| "gateway".into());
+    // The deployed telemetry: request spans at `info`, plain text, the
+    // Prometheus recorder.
+    boxoffice_contract::telemetry::init_with(
+        tracing_subscriber::EnvFilter::new(
+            std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
+        ),
+        false,
+    );
+
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
+        .await
+        .unwrap();
+    let prefix = format!("cost{}", uuid::Uuid::new_v4().simple());
+    let keys = EventKeys::new(&prefix, "ev");
+    let mut event = EventConfig::open("Cost", 60_000, 500.0);
+    event.opens_at_ms = now_ms() - 1_000;
+    event.max_queue = 10_000_000;
+    event.identity = Identity::Declared;
+    let _: () = redis
+        .hset_multiple(keys.config(), &event.to_fields())
+        .await
+        .unwrap();
+    let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
+    let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
+
+    // Every request is written before the first is sent.
+    let address = |i: usize| {
+        format!(
+            "127.{}.{}.{}",
+            1 + i / 65_536 % 254,
+            i / 256 % 256,
+            1 + i % 254
+        )
+    };
+    let mut batch = Vec::with_capacity(requests);
+    if join {
+        for i in 0..requests {
+            let request = Request::post("/v1/events/ev/queue")
+                .header("content-type", "application/json")
+                .header("x-forwarded-for", address(i))
+                .body(Body::from(format!(r#"{{"fan_id":"cost-fan-{i}"}}"#)))
+                .unwrap();
+            batch.push(request);
+        }
+    } else {
+        let fans: Vec<(u64, String)> = (0..requests)
+            .map(|i| (i as u64, format!("fan-{i}")))
+            .collect();
+        for chunk in fans.chunks(10_000) {
+            let _: () = redis.zadd_multiple(keys.queue(), chunk).await.unwrap();
+        }
+        for (i, (_, fan)) in fans.iter().enumerate() {
+            let claims = Claims::new("boxoffice", "ev", fan, TokenUse::Queue, now_s(), 3600);
+            let request = Request::get("/v1/events/ev/queue/status")
+                .header("authorization", format!("Bearer {}", keyset.sign(&claims)))
+                .header("x-forwarded-for", address(i))
+                .body(Body::empty())
+                .unwrap();
+            batch.push(request);
+        }
+    }
+
+    let mut config = gateway::Config::defaults();
+    config.redis_url = url;
+    config.redis_prefix = prefix.clone();
+    config.order_service_url = "http://127.0.0.1:9".into();
+    config.queue_ticket_ttl_s = 3600;
+    config.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    let state = gateway::AppState::new(redis.clone(), keyset, config).unwrap();
+    let app = match serve.as_str() {
+        "gateway" => gateway::app(state),
+        "bare" => gateway::router(state),
+        "baseline" => {
+            common::baselines(redis.clone(), keys.queue(), format!("{prefix}:bare-joins"))
+        }
+        other => panic!("BENCH_SERVE={other}: gateway, bare or baseline"),
+    };
+    let proxy = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
+    let mut answered = [0usize; 6];
+    measuring_starts();
+    for mut request in batch {
+        request.extensions_mut().insert(proxy);
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        // The body is read, as hyper would to send it.
+        let _ = axum::body::to_bytes(response.into_body(), usize::MAX).await;
+        answered[usize::from(status / 100)] += 1;
+    }
+    measuring_ends();
+    // Not the answers expected: the count would be of another path.
+    assert_eq!(answered[2], requests, "answers by class: {answered:?}");
+    let all: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
+    for chunk in all.chunks(1000) {
+        let _: () = redis.del(chunk).await.unwrap();
+    }
+    println!("{requests} requests answered 2xx");
+}
+
+/// Where the count starts (`--zero-before`): the requests are built, the
+/// fans are in line.
+#[inline(never)]
+fn measuring_starts() {
+    std::hint::black_box(1);
+}
+
+/// Where the count ends (`--dump-before`): before the clean-up.
+#[inline(never)]
+fn measuring_ends() {
+    std::hint::black_box(2);
+}
