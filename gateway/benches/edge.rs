@@ -34,12 +34,10 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use boxoffice_contract::event::{now_ms, EventConfig, Identity};
+use axum::Router;
+use boxoffice_contract::event::now_ms;
 use boxoffice_contract::keys::{events_key, EventKeys};
-use boxoffice_contract::token::{generate_ed25519_pem, now_s, Claims, KeySet, TokenUse};
+use boxoffice_contract::token::{now_s, Claims, TokenUse};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,8 +45,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// arena locks (a fifth of the status poll's CPU); mimalloc does not.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-const SECRET: &[u8] = b"bench-queue-secret-of-32-bytes-at-least!";
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -403,25 +399,6 @@ async fn serve(app: Router) -> String {
     url
 }
 
-fn config(max_queue: u64) -> EventConfig {
-    {
-        let mut c = EventConfig::open("Bench", 60_000, 500.0);
-        c.opens_at_ms = now_ms() - 1_000;
-        c.max_queue = max_queue;
-        c.shuffle_seed = "bench".into();
-        // Each request names its fan in the body, as a load test does.
-        c.identity = Identity::Declared;
-        c
-    }
-}
-
-async fn cleanup(redis: &mut ConnectionManager, prefix: &str) {
-    let keys: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
-    for chunk in keys.chunks(1000) {
-        let _: () = redis.del(chunk).await.unwrap();
-    }
-}
-
 fn main() {
     if let Ok(address) = std::env::var("BENCH_OPEN_ADDR") {
         return open_model_client(address);
@@ -450,7 +427,7 @@ async fn bench() {
     let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "ev");
     let _: () = redis
-        .hset_multiple(keys.config(), &config(100_000_000).to_fields())
+        .hset_multiple(keys.config(), &common::event(100_000_000).to_fields())
         .await
         .unwrap();
     let _: () = redis
@@ -460,7 +437,7 @@ async fn bench() {
     let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
 
     // Fans in line, each with its queue ticket, for the status polls.
-    let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
+    let keyset = common::keyset();
     let mut tickets = Vec::with_capacity(POLLERS);
     for start in (0..POLLERS).step_by(10_000) {
         let fans: Vec<(u64, String)> = (start..start + 10_000)
@@ -484,15 +461,7 @@ async fn bench() {
 
     // The gateway with its default limits, behind a trusted proxy that
     // names each request's client.
-    let gateway_config = {
-        let mut c = gateway::Config::defaults();
-        c.redis_url = url;
-        c.redis_prefix = prefix.clone();
-        c.order_service_url = "http://127.0.0.1:9".into();
-        c.queue_ticket_ttl_s = 3600;
-        c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
-        c
-    };
+    let gateway_config = common::gateway_config(url, &prefix);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let gateway_url = format!("http://{}", listener.local_addr().unwrap());
     let state =
@@ -630,7 +599,7 @@ async fn bench() {
             );
         }
     }
-    cleanup(&mut redis, &prefix).await;
+    common::cleanup(&mut redis, &prefix).await;
 
     memory(&mut redis).await;
 }
@@ -641,7 +610,7 @@ async fn memory(redis: &mut ConnectionManager) {
     let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "mem");
     let _: () = redis
-        .hset_multiple(keys.config(), &config(fans + 1).to_fields())
+        .hset_multiple(keys.config(), &common::event(fans + 1).to_fields())
         .await
         .unwrap();
     let join = redis::Script::new(include_str!("../src/join.lua"));
@@ -711,5 +680,5 @@ async fn memory(redis: &mut ConnectionManager) {
         ours as f64 / fans as f64,
         ours as f64 / base as f64
     );
-    cleanup(redis, &prefix).await;
+    common::cleanup(redis, &prefix).await;
 }

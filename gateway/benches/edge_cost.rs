@@ -27,17 +27,14 @@ use std::net::SocketAddr;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::Request;
-use boxoffice_contract::event::{now_ms, EventConfig, Identity};
 use boxoffice_contract::keys::{events_key, EventKeys};
-use boxoffice_contract::token::{generate_ed25519_pem, now_s, Claims, KeySet, TokenUse};
+use boxoffice_contract::token::{now_s, Claims, TokenUse};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use tower::ServiceExt;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-const SECRET: &[u8] = b"bench-queue-secret-of-32-bytes-at-least!";
 
 fn main() {
     tokio::runtime::Builder::new_current_thread()
@@ -69,16 +66,12 @@ async fn run() {
         .unwrap();
     let prefix = format!("cost{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "ev");
-    let mut event = EventConfig::open("Cost", 60_000, 500.0);
-    event.opens_at_ms = now_ms() - 1_000;
-    event.max_queue = 10_000_000;
-    event.identity = Identity::Declared;
     let _: () = redis
-        .hset_multiple(keys.config(), &event.to_fields())
+        .hset_multiple(keys.config(), &common::event(10_000_000).to_fields())
         .await
         .unwrap();
     let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
-    let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
+    let keyset = common::keyset();
 
     // Every request is written before the first is sent.
     let address = |i: usize| {
@@ -117,12 +110,7 @@ async fn run() {
         }
     }
 
-    let mut config = gateway::Config::defaults();
-    config.redis_url = url;
-    config.redis_prefix = prefix.clone();
-    config.order_service_url = "http://127.0.0.1:9".into();
-    config.queue_ticket_ttl_s = 3600;
-    config.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    let config = common::gateway_config(url, &prefix);
     let state = gateway::AppState::new(redis.clone(), keyset, config).unwrap();
     let app = match serve.as_str() {
         "gateway" => gateway::app(state),
@@ -146,10 +134,7 @@ async fn run() {
     measuring_ends();
     // Not the answers expected: the count would be of another path.
     assert_eq!(answered[2], requests, "answers by class: {answered:?}");
-    let all: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
-    for chunk in all.chunks(1000) {
-        let _: () = redis.del(chunk).await.unwrap();
-    }
+    common::cleanup(&mut redis, &prefix).await;
     println!("{requests} requests answered 2xx");
 }
 

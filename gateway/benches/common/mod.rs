@@ -1,12 +1,51 @@
-//! What the edge benchmarks share: the baselines the gateway is measured
-//! against.
+//! What the edge benchmarks share: the event, the gateway's settings, and
+//! the baselines the gateway is measured against.
 
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use boxoffice_contract::event::now_ms;
+use boxoffice_contract::event::{now_ms, EventConfig, Identity};
+use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
+
+const SECRET: &[u8] = b"bench-queue-secret-of-32-bytes-at-least!";
+
+/// The benchmarks' event: open, 60,000 seats, `max_queue` places in line.
+pub fn event(max_queue: u64) -> EventConfig {
+    let mut c = EventConfig::open("Bench", 60_000, 500.0);
+    c.opens_at_ms = now_ms() - 1_000;
+    c.max_queue = max_queue;
+    c.shuffle_seed = "bench".into();
+    // Each request names its fan in the body, as a load test does.
+    c.identity = Identity::Declared;
+    c
+}
+
+/// Fresh signing keys and the queue secret.
+pub fn keyset() -> KeySet {
+    KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap()
+}
+
+/// The gateway with its default limits, behind a trusted proxy on
+/// 127.0.0.1 that names each request's client.
+pub fn gateway_config(redis_url: String, prefix: &str) -> gateway::Config {
+    let mut c = gateway::Config::defaults();
+    c.redis_url = redis_url;
+    c.redis_prefix = prefix.to_owned();
+    c.order_service_url = "http://127.0.0.1:9".into();
+    c.queue_ticket_ttl_s = 3600;
+    c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    c
+}
+
+/// Deletes every key under `prefix`.
+pub async fn cleanup(redis: &mut ConnectionManager, prefix: &str) {
+    let keys: Vec<String> = redis.keys(format!("{prefix}:*")).await.unwrap();
+    for chunk in keys.chunks(1000) {
+        let _: () = redis.del(chunk).await.unwrap();
+    }
+}
 
 #[derive(serde::Deserialize)]
 struct Fan {
