@@ -3,7 +3,7 @@
 # layers, and a bare axum handler's doing the one Redis command each needs
 # (the edge benchmark's baselines), for the status poll and the join
 # (gateway/benches/edge_cost.rs under valgrind's callgrind: nearly the same
-# figure on a busy machine as on a quiet one; about 2 % apart run to run).
+# figure on a busy machine as on a quiet one: about 0.3 % apart run to run).
 #
 #   scripts/edge_cost.sh [REQUESTS]     # default 2000
 #
