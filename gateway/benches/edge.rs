@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use boxoffice_contract::event::now_ms;
-use boxoffice_contract::keys::{events_key, EventKeys};
+use boxoffice_contract::keys::EventKeys;
 use boxoffice_contract::token::{now_s, Claims, TokenUse};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
@@ -420,21 +420,7 @@ async fn bench() {
         ),
         env_or("BENCH_LOG_JSON", false),
     );
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
-        .await
-        .unwrap();
-    let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
-    let keys = EventKeys::new(&prefix, "ev");
-    let _: () = redis
-        .hset_multiple(keys.config(), &common::event(100_000_000).to_fields())
-        .await
-        .unwrap();
-    let _: () = redis
-        .hset_multiple(keys.stock(), &[("remaining", 60_000), ("version", 1)])
-        .await
-        .unwrap();
-    let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
+    let (mut redis, url, prefix, keys) = common::open_event(100_000_000).await;
 
     // Fans in line, each with its queue ticket, for the status polls.
     let keyset = common::keyset();

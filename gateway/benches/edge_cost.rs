@@ -27,9 +27,7 @@ use std::net::SocketAddr;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::Request;
-use boxoffice_contract::keys::{events_key, EventKeys};
 use boxoffice_contract::token::{now_s, Claims, TokenUse};
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use tower::ServiceExt;
 
@@ -60,17 +58,7 @@ async fn run() {
         false,
     );
 
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
-        .await
-        .unwrap();
-    let prefix = format!("cost{}", uuid::Uuid::new_v4().simple());
-    let keys = EventKeys::new(&prefix, "ev");
-    let _: () = redis
-        .hset_multiple(keys.config(), &common::event(10_000_000).to_fields())
-        .await
-        .unwrap();
-    let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
+    let (mut redis, url, prefix, keys) = common::open_event(10_000_000).await;
     let keyset = common::keyset();
 
     // Every request is written before the first is sent.
@@ -94,7 +82,7 @@ async fn run() {
         }
     } else {
         let fans: Vec<(u64, String)> = (0..requests)
-            .map(|i| (i as u64, format!("fan-{i}")))
+            .map(|i| (i as u64, format!("filler-{i}")))
             .collect();
         for chunk in fans.chunks(10_000) {
             let _: () = redis.zadd_multiple(keys.queue(), chunk).await.unwrap();

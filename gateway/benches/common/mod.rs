@@ -5,6 +5,7 @@ use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use boxoffice_contract::event::{now_ms, EventConfig, Identity};
+use boxoffice_contract::keys::{events_key, EventKeys};
 use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
@@ -20,6 +21,28 @@ pub fn event(max_queue: u64) -> EventConfig {
     // Each request names its fan in the body, as a load test does.
     c.identity = Identity::Declared;
     c
+}
+
+/// A connection to the local Redis (`REDIS_URL`), its URL, a fresh key
+/// prefix, and the event `ev` under it: [`event`] with `max_queue`, 60,000
+/// seats remaining in the stock view, listed among the prefix's events.
+pub async fn open_event(max_queue: u64) -> (ConnectionManager, String, String, EventKeys) {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let mut redis = ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
+        .await
+        .unwrap();
+    let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
+    let keys = EventKeys::new(&prefix, "ev");
+    let _: () = redis
+        .hset_multiple(keys.config(), &event(max_queue).to_fields())
+        .await
+        .unwrap();
+    let _: () = redis
+        .hset_multiple(keys.stock(), &[("remaining", 60_000), ("version", 1)])
+        .await
+        .unwrap();
+    let _: () = redis.sadd(events_key(&prefix), "ev").await.unwrap();
+    (redis, url, prefix, keys)
 }
 
 /// Fresh signing keys and the queue secret.
@@ -53,15 +76,16 @@ struct Fan {
 }
 
 /// The least an edge handler can do for each, at the gateway's paths: one
-/// ZRANK of a fan in `queue` for the status poll, or one ZADD to `bare` of
-/// the fan named in the body for the join.
+/// ZRANK of a fan in `queue` (`filler-0`, whom both benches put in line) for
+/// the status poll, or one ZADD to `bare` of the fan named in the body for
+/// the join.
 pub fn baselines(redis: ConnectionManager, queue: String, bare: String) -> Router {
     Router::new()
         .route(
             "/v1/events/ev/queue/status",
             get(
                 |State((mut redis, queue, _)): State<(ConnectionManager, String, String)>| async move {
-                    let rank: Option<u64> = redis.zrank(&queue, "filler-25000").await.unwrap_or(None);
+                    let rank: Option<u64> = redis.zrank(&queue, "filler-0").await.unwrap_or(None);
                     Json(serde_json::json!({ "position": rank.map(|r| r + 1) }))
                 },
             ),
