@@ -230,7 +230,9 @@ for scenario in "${SCENARIOS[@]}"; do
   fi
   rm -f "$RUN/window" "$RUN"/exit-*
   report=$RUN/reports/$scenario
-  "$BIN/loadtest" "${LOADTEST_ARGS[@]}" --report-dir "$report" >"$RUN/logs/loadtest-$scenario.log" 2>&1 &
+  # The log exists before the load test starts: the wait below reads it at once.
+  : >"$RUN/logs/loadtest-$scenario.log"
+  "$BIN/loadtest" "${LOADTEST_ARGS[@]}" --report-dir "$report" >>"$RUN/logs/loadtest-$scenario.log" 2>&1 &
   load=$!
   # The fault comes FAULT_AT seconds into the sale: once the run's event exists.
   for ((i = 0; i < 600; i++)); do
