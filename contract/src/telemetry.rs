@@ -265,7 +265,7 @@ async fn observe_as(service: Option<&'static str>, mut request: Request, next: N
             exported.set_status(otlp::Status::error(status.to_string()));
         }
     }
-    if let Ok(value) = HeaderValue::from_str(&cx.to_string()) {
+    if let Ok(value) = HeaderValue::from_bytes(&cx.to_header_bytes()) {
         response.headers_mut().insert(TRACEPARENT, value);
     }
     response

@@ -89,15 +89,20 @@ impl TraceContext {
     }
 }
 
+impl TraceContext {
+    /// The `traceparent` value, as bytes: 55 ASCII characters.
+    pub fn to_header_bytes(&self) -> [u8; 55] {
+        let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        out[3..35].copy_from_slice(&hex_digits::<32>(self.trace_id));
+        out[36..52].copy_from_slice(&hex_digits::<16>(u128::from(self.span_id)));
+        out[54] = b'0' + u8::from(self.sampled);
+        out
+    }
+}
+
 impl fmt::Display for TraceContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "00-{}-{}-{:02x}",
-            self.trace_id_hex(),
-            self.span_id_hex(),
-            u8::from(self.sampled)
-        )
+        f.write_str(ascii(&self.to_header_bytes()))
     }
 }
 
@@ -119,8 +124,25 @@ struct Hex<const DIGITS: usize>(u128);
 
 impl<const DIGITS: usize> fmt::Display for Hex<DIGITS> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:0width$x}", self.0, width = DIGITS)
+        f.write_str(ascii(&hex_digits::<DIGITS>(self.0)))
     }
+}
+
+/// The low `DIGITS` hex digits of `value`, lowercase and zero-padded: by
+/// table rather than `{:032x}`, which costs several times as much, and ids
+/// are written several times per request (log span, `traceparent`).
+fn hex_digits<const DIGITS: usize>(value: u128) -> [u8; DIGITS] {
+    const DIGIT: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0; DIGITS];
+    for (i, digit) in out.iter_mut().enumerate() {
+        *digit = DIGIT[(value >> (4 * (DIGITS - 1 - i)) & 0xf) as usize];
+    }
+    out
+}
+
+/// Bytes this module wrote, all ASCII.
+fn ascii(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).expect("hex digits and dashes are ASCII")
 }
 
 /// Digits 0-9a-f only: the spec forbids upper case.
@@ -171,6 +193,29 @@ mod tests {
             "4bf92f3577b34da6a3ce929d0e0e4736"
         );
         assert_eq!(cx.span_id_hex().to_string(), "00f067aa0ba902b7");
+    }
+
+    #[test]
+    fn ids_are_written_as_format_writes_them() {
+        for (trace_id, span_id) in [
+            (u128::MAX, u64::MAX),
+            (0x0123456789abcdef_fedcba9876543210, 0x0f1e2d3c4b5a6978),
+            (1 << 127, 1 << 63),
+            (rand::random(), rand::random()),
+        ] {
+            let cx = TraceContext {
+                trace_id,
+                span_id,
+                sampled: true,
+            };
+            assert_eq!(cx.trace_id_hex().to_string(), format!("{trace_id:032x}"));
+            assert_eq!(cx.span_id_hex().to_string(), format!("{span_id:016x}"));
+            assert_eq!(
+                cx.to_string(),
+                format!("00-{trace_id:032x}-{span_id:016x}-01")
+            );
+            assert_eq!(&cx.to_header_bytes()[..], cx.to_string().as_bytes());
+        }
     }
 
     #[test]
