@@ -18,7 +18,8 @@
 //! new fan each, so the limits see a crowd.
 //!
 //! `BENCH_KIND` is `status` (default) or `join`; `BENCH_LOG` the log filter
-//! (`info`, as deployed). Needs the local Redis.
+//! (`info`, as deployed); `BENCH_LOG_JSON=true` the JSON lines of k8s/
+//! (default: the plain text of compose). Needs the local Redis.
 
 mod common;
 
@@ -49,13 +50,13 @@ async fn run() {
         .unwrap_or(1_000);
     let join = std::env::var("BENCH_KIND").is_ok_and(|k| k == "join");
     let serve = std::env::var("BENCH_SERVE").unwrap_or_else(|_| "gateway".into());
-    // The deployed telemetry: request spans at `info`, plain text, the
-    // Prometheus recorder.
+    // The deployed telemetry: request spans at `info`, plain text (or
+    // JSON), the Prometheus recorder.
     boxoffice_contract::telemetry::init_with(
         tracing_subscriber::EnvFilter::new(
             std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
         ),
-        false,
+        std::env::var("BENCH_LOG_JSON").is_ok_and(|v| v == "true"),
     );
 
     let (mut redis, url, prefix, keys) = common::open_event(10_000_000).await;
