@@ -17,6 +17,7 @@
 //! - [`otlp`]: span export over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 //! - [`openapi`]: security schemes and shared operations of the OpenAPI documents.
 //! - [`keys`]: the Redis key layout, one hash tag per event.
+//! - [`log_fields`]: the JSON logs' span fields, written in place (cheaper per request).
 //! - [`redis_link`]: the one Redis connection each service uses, reconnecting
 //!   within a second and timing commands out.
 //! - [`schema`]: the rules an event schema change must keep (additive only), and
@@ -32,6 +33,7 @@ pub mod envelope;
 pub mod event;
 pub mod extract;
 pub mod keys;
+pub mod log_fields;
 pub mod openapi;
 pub mod otlp;
 pub mod page;

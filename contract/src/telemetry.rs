@@ -1,8 +1,9 @@
 //! Logs, traces and metrics, the same way in every binary.
 //!
 //! - [`init`]: `RUST_LOG` filters; `--log-json` writes one JSON object a line,
-//!   with the fields of every enclosing span (`request_id`, `trace_id`, …);
-//!   plain text is coloured only on a terminal.
+//!   with the fields of every enclosing span (`request_id`, `trace_id`, …;
+//!   written by [`crate::log_fields`]); plain text is coloured only on a
+//!   terminal.
 //! - [`observe`]: the HTTP middleware every service wraps its routes in: the
 //!   request's span (with its W3C trace id), `boxoffice_http_requests_total`
 //!   and `boxoffice_http_request_duration_seconds`, and the `traceparent` of
@@ -48,6 +49,7 @@ pub fn init_with(filter: EnvFilter, json: bool) {
             .json()
             .with_current_span(true)
             .with_span_list(true)
+            .fmt_fields(crate::log_fields::JsonSpanFields)
             .try_init()
     } else {
         builder.try_init()

@@ -51,6 +51,7 @@ fn logs() -> Logs {
             .json()
             .with_current_span(true)
             .with_span_list(true)
+            .fmt_fields(boxoffice_contract::log_fields::JsonSpanFields)
             .with_env_filter("info")
             .with_writer(move || writer.clone())
             .init();
