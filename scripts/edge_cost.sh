@@ -7,7 +7,8 @@
 #
 #   scripts/edge_cost.sh [REQUESTS]     # default 2000
 #
-# BENCH_LOG=warn (say) measures without the request spans.
+# BENCH_LOG=warn (say) measures without the request spans; BENCH_LOG_JSON=true
+# with the JSON log lines of k8s/ (default: the plain text of compose).
 #
 # Each figure is (instructions for 2×REQUESTS − for REQUESTS) / REQUESTS,
 # counted from the first request to the last, so start-up, set-up and
