@@ -102,18 +102,10 @@ pub fn protect(routes: Router, config: &Config) -> Router {
             traced,
         ))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
-        .layer(axum::middleware::from_fn_with_state(
-            std::sync::Arc::new(Places {
-                per_client: std::sync::Arc::new(PerClient::new(
-                    clients,
-                    config.per_client_in_flight,
-                )),
-                global: std::sync::Arc::new(tokio::sync::Semaphore::new(
-                    config.max_in_flight.max(1),
-                )),
-            }),
-            take_a_place,
-        ))
+        .layer(TakeAPlaceLayer(std::sync::Arc::new(Places {
+            per_client: std::sync::Arc::new(PerClient::new(clients, config.per_client_in_flight)),
+            global: std::sync::Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
+        })))
         .layer(HandleErrorLayer::new(shed))
         .timeout(Duration::from_millis(config.request_timeout_ms))
         .service(
@@ -265,34 +257,117 @@ struct Places {
     global: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
-async fn take_a_place(
-    State(places): State<std::sync::Arc<Places>>,
-    request: axum::extract::Request,
-    next: Next,
-) -> Response {
-    use tower_governor::key_extractor::KeyExtractor;
-    let mine = match places.per_client.clients.extract(&request) {
-        Ok(client) => match places.per_client.enter(client) {
-            Some(place) => Some(place),
-            None => {
-                return Problem::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "rate-limited",
-                    "too many requests from this address at once",
-                )
-                .retry_after(1)
-                .into_response()
+/// What a request holds while it is handled, given back when dropped.
+type Held = (Option<InFlight>, tokio::sync::OwnedSemaphorePermit);
+
+impl Places {
+    /// The request's places, or the answer refusing it.
+    fn take(&self, request: &axum::extract::Request) -> Result<Held, Response> {
+        use tower_governor::key_extractor::KeyExtractor;
+        let mine = match self.per_client.clients.extract(request) {
+            Ok(client) => match self.per_client.enter(client) {
+                Some(place) => Some(place),
+                None => {
+                    return Err(Problem::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "rate-limited",
+                        "too many requests from this address at once",
+                    )
+                    .retry_after(1)
+                    .into_response())
+                }
+            },
+            Err(_) => None,
+        };
+        let Ok(ours) = self.global.clone().try_acquire_owned() else {
+            return Err(Problem::unavailable(
+                "overloaded",
+                "the gateway is at capacity; try again",
+                1,
+            )
+            .into_response());
+        };
+        Ok((mine, ours))
+    }
+}
+
+/// [`Places`] as a layer. A plain `Service` rather than
+/// `axum::middleware::from_fn`, which boxes the next service and the future
+/// of every request (`scripts/edge_cost.sh` counts the difference).
+#[derive(Clone)]
+struct TakeAPlaceLayer(std::sync::Arc<Places>);
+
+impl<S> tower::Layer<S> for TakeAPlaceLayer {
+    type Service = TakeAPlace<S>;
+
+    fn layer(&self, inner: S) -> TakeAPlace<S> {
+        TakeAPlace {
+            inner,
+            places: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct TakeAPlace<S> {
+    inner: S,
+    places: std::sync::Arc<Places>,
+}
+
+impl<S> tower::Service<axum::extract::Request> for TakeAPlace<S>
+where
+    S: tower::Service<axum::extract::Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Placed<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
+        match self.places.take(&request) {
+            Ok(held) => Placed::Handled {
+                future: self.inner.call(request),
+                held,
+            },
+            Err(refusal) => Placed::Refused {
+                answer: Some(refusal),
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The request's answer, its places held until it is dropped.
+    #[project = PlacedProjection]
+    enum Placed<F> {
+        Handled { #[pin] future: F, held: Held },
+        Refused { answer: Option<Response> },
+    }
+}
+
+impl<F, E> std::future::Future for Placed<F>
+where
+    F: std::future::Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.project() {
+            PlacedProjection::Handled { future, .. } => future.poll(cx),
+            PlacedProjection::Refused { answer } => {
+                std::task::Poll::Ready(Ok(answer.take().expect("polled after it answered")))
             }
-        },
-        Err(_) => None,
-    };
-    let Ok(_ours) = places.global.clone().try_acquire_owned() else {
-        return Problem::unavailable("overloaded", "the gateway is at capacity; try again", 1)
-            .into_response();
-    };
-    let response = next.run(request).await;
-    drop(mine);
-    response
+        }
+    }
 }
 
 #[cfg(test)]
