@@ -12,6 +12,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -102,19 +105,72 @@ pub async fn metrics_endpoint() -> impl axum::response::IntoResponse {
 }
 
 /// The route a response was produced by, for middleware that runs before
-/// routing (the gateway's edge layers): [`mark_route`] puts it on the response.
+/// routing (the gateway's edge layers): [`MarkRoute`] puts it on the response.
 #[derive(Clone)]
 struct RouteOf(MatchedPath);
 
 /// Inner half of [`observe`] where `observe` wraps more than a router: copies
-/// the matched route onto the response.
-pub async fn mark_route(request: Request, next: Next) -> Response {
-    let matched = request.extensions().get::<MatchedPath>().cloned();
-    let mut response = next.run(request).await;
-    if let Some(matched) = matched {
-        response.extensions_mut().insert(RouteOf(matched));
+/// the matched route onto the response. `routes.layer(MarkRoute)`: a plain
+/// layer rather than `axum::middleware::from_fn`, which would box the next
+/// service and the future of every request.
+#[derive(Debug, Clone, Copy)]
+pub struct MarkRoute;
+
+impl<S> tower::Layer<S> for MarkRoute {
+    type Service = MarkRouteService<S>;
+
+    fn layer(&self, inner: S) -> MarkRouteService<S> {
+        MarkRouteService(inner)
     }
-    response
+}
+
+/// The service of [`MarkRoute`].
+#[derive(Debug, Clone)]
+pub struct MarkRouteService<S>(S);
+
+impl<S> tower::Service<Request> for MarkRouteService<S>
+where
+    S: tower::Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Marked<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        Marked {
+            route: request.extensions().get::<MatchedPath>().cloned(),
+            future: self.0.call(request),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of [`MarkRouteService`], marked with its route.
+    pub struct Marked<F> {
+        #[pin]
+        future: F,
+        route: Option<MatchedPath>,
+    }
+}
+
+impl<F, E> Future for Marked<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut response = std::task::ready!(this.future.poll(cx))?;
+        if let Some(route) = this.route.take() {
+            response.extensions_mut().insert(RouteOf(route));
+        }
+        Poll::Ready(Ok(response))
+    }
 }
 
 /// Counts and times one answer. Looking a series up in the registry (a key

@@ -110,7 +110,7 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         .timeout(Duration::from_millis(config.request_timeout_ms))
         .service(
             routes
-                .layer(axum::middleware::from_fn(telemetry::mark_route))
+                .layer(telemetry::MarkRoute)
                 .layer(DefaultBodyLimit::max(config.body_limit_bytes))
                 .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
                     Duration::from_millis(config.body_timeout_ms.max(1)),
