@@ -260,33 +260,45 @@ struct Places {
 /// What a request holds while it is handled, given back when dropped.
 type Held = (Option<InFlight>, tokio::sync::OwnedSemaphorePermit);
 
+/// Why a request got no place.
+enum NoPlace {
+    /// Its client holds all it may.
+    Client,
+    /// The gateway is at `max_in_flight`.
+    Gateway,
+}
+
+impl NoPlace {
+    fn answer(self) -> Response {
+        match self {
+            NoPlace::Client => Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "too many requests from this address at once",
+            )
+            .retry_after(1)
+            .into_response(),
+            NoPlace::Gateway => {
+                Problem::unavailable("overloaded", "the gateway is at capacity; try again", 1)
+                    .into_response()
+            }
+        }
+    }
+}
+
 impl Places {
-    /// The request's places, or the answer refusing it.
-    fn take(&self, request: &axum::extract::Request) -> Result<Held, Response> {
+    /// The request's places, or why it gets none.
+    fn take(&self, request: &axum::extract::Request) -> Result<Held, NoPlace> {
         use tower_governor::key_extractor::KeyExtractor;
         let mine = match self.per_client.clients.extract(request) {
-            Ok(client) => match self.per_client.enter(client) {
-                Some(place) => Some(place),
-                None => {
-                    return Err(Problem::new(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "rate-limited",
-                        "too many requests from this address at once",
-                    )
-                    .retry_after(1)
-                    .into_response())
-                }
-            },
+            Ok(client) => Some(self.per_client.enter(client).ok_or(NoPlace::Client)?),
             Err(_) => None,
         };
-        let Ok(ours) = self.global.clone().try_acquire_owned() else {
-            return Err(Problem::unavailable(
-                "overloaded",
-                "the gateway is at capacity; try again",
-                1,
-            )
-            .into_response());
-        };
+        let ours = self
+            .global
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| NoPlace::Gateway)?;
         Ok((mine, ours))
     }
 }
@@ -336,7 +348,7 @@ where
                 held,
             },
             Err(refusal) => Placed::Refused {
-                answer: Some(refusal),
+                answer: Some(refusal.answer()),
             },
         }
     }
