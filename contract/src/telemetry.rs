@@ -24,6 +24,7 @@ use axum::response::Response;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing::Instrument;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::EnvFilter;
 
 use crate::otlp::{self, Attribute as KeyValue};
@@ -33,19 +34,27 @@ use crate::trace::{TraceContext, TRACEPARENT};
 /// anything is logged or counted (a second call is a no-op, so tests
 /// starting several services in one process may all call it).
 pub fn init(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    init_with(filter, json);
+    init_with(
+        &std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        json,
+    );
 }
 
-/// [`init`] with the log filter given rather than read from `RUST_LOG` (the
-/// edge benchmark's own knob).
-pub fn init_with(filter: EnvFilter, json: bool) {
+/// [`init`] with the log directives given rather than read from `RUST_LOG`
+/// (the edge benchmark's own knob).
+pub fn init_with(directives: &str, json: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
     prometheus();
     // Colour codes in a file, a pipe or a container's log are noise for the
     // reader and cost every request span (field names are styled per span).
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let (fixed, dynamic) = log_filter(directives);
+    // The builder's own filter lets all through (its default is `info`):
+    // the filter of the directives decides.
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_max_level(tracing::Level::TRACE)
         .with_ansi(terminal);
     let _ = if json {
         builder
@@ -53,10 +62,44 @@ pub fn init_with(filter: EnvFilter, json: bool) {
             .with_current_span(true)
             .with_span_list(true)
             .fmt_fields(crate::log_fields::JsonSpanFields)
+            .finish()
+            .with(fixed)
+            .with(dynamic)
             .try_init()
     } else {
-        builder.try_init()
+        builder.finish().with(fixed).with(dynamic).try_init()
     };
+}
+
+/// The filter of `directives` (`RUST_LOG`'s syntax): plain `target=level`
+/// directives, the usual kind, as a fixed filter (`Targets`); directives
+/// naming spans or fields as an `EnvFilter`, which needs them. `EnvFilter`
+/// takes a lock shared by every thread at each span's creation, entry, exit
+/// and close even when it has no such directive (tracing's PR #3487 skips
+/// it, unreleased as of tracing-subscriber 0.3.23), and every request has a
+/// span. No directives, or directives that parse as neither, mean `info`.
+fn log_filter(directives: &str) -> (Option<Targets>, Option<EnvFilter>) {
+    let directives = match directives.trim() {
+        "" => "info",
+        given => given,
+    };
+    let info = || {
+        (
+            Some(Targets::new().with_default(tracing::Level::INFO)),
+            None,
+        )
+    };
+    // `Targets` would read `[span]` as a target's name.
+    if directives.contains(['[', '{']) {
+        return match EnvFilter::try_new(directives) {
+            Ok(dynamic) => (None, Some(dynamic)),
+            Err(_) => info(),
+        };
+    }
+    match directives.parse::<Targets>() {
+        Ok(fixed) => (Some(fixed), None),
+        Err(_) => info(),
+    }
 }
 
 /// Histogram buckets (seconds) of every `*_seconds` histogram: 1 ms to 30 s.
@@ -327,4 +370,84 @@ async fn observe_as(service: Option<&'static str>, mut request: Request, next: N
         response.headers_mut().insert(TRACEPARENT, value);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::*;
+
+    /// A log sink the test can read.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The messages logged by `emit` under `directives`.
+    fn logged(directives: &str, emit: impl FnOnce()) -> String {
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let (fixed, dynamic) = log_filter(directives);
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish()
+            .with(fixed)
+            .with(dynamic);
+        tracing::subscriber::with_default(subscriber, emit);
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    #[test]
+    fn target_and_level_directives_filter_without_env_filter() {
+        assert!(matches!(log_filter("warn,special=debug"), (Some(_), None)));
+        let text = logged("warn,special=debug", || {
+            tracing::info!("an info line");
+            tracing::warn!("a warning");
+            tracing::debug!(target: "special", "a special debug line");
+            tracing::trace!(target: "special", "a special trace line");
+        });
+        assert!(!text.contains("an info line"), "{text}");
+        assert!(text.contains("a warning"), "{text}");
+        assert!(text.contains("a special debug line"), "{text}");
+        assert!(!text.contains("trace line"), "{text}");
+    }
+
+    #[test]
+    fn span_directives_still_filter_by_span() {
+        assert!(matches!(log_filter("warn,[wanted]=debug"), (None, Some(_))));
+        let text = logged("warn,[wanted]=debug", || {
+            tracing::debug!("debug outside");
+            let span = tracing::info_span!("wanted");
+            let _entered = span.enter();
+            tracing::debug!("debug inside");
+        });
+        assert!(!text.contains("debug outside"), "{text}");
+        assert!(text.contains("debug inside"), "{text}");
+    }
+
+    #[test]
+    fn no_directives_or_garbage_mean_info() {
+        for directives in ["", "  ", "warn=loud", "info,[{=debug"] {
+            let text = logged(directives, || {
+                tracing::debug!("a debug line");
+                tracing::info!("an info line");
+            });
+            assert!(!text.contains("a debug line"), "{directives:?}: {text}");
+            assert!(text.contains("an info line"), "{directives:?}: {text}");
+        }
+    }
 }

@@ -415,9 +415,7 @@ async fn bench() {
     // the Prometheus recorder and request spans at `info` (RUST_LOG in
     // compose and k8s/), plain text (compose) or JSON (k8s/).
     boxoffice_contract::telemetry::init_with(
-        tracing_subscriber::EnvFilter::new(
-            std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
-        ),
+        &std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
         env_or("BENCH_LOG_JSON", false),
     );
     let (mut redis, url, prefix, keys) = common::open_event(100_000_000).await;

@@ -53,9 +53,7 @@ async fn run() {
     // The deployed telemetry: request spans at `info`, plain text (or
     // JSON), the Prometheus recorder.
     boxoffice_contract::telemetry::init_with(
-        tracing_subscriber::EnvFilter::new(
-            std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
-        ),
+        &std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
         std::env::var("BENCH_LOG_JSON").is_ok_and(|v| v == "true"),
     );
 
