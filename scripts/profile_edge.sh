@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Profiles the gateway under the edge benchmark's load and writes flame graphs.
 #
-#   scripts/profile_edge.sh [PHASE...]   # default: status-gateway join-gateway
+#   scripts/profile_edge.sh [PHASE...]   # default: status-gateway join-gateway, in the benchmark's order
 #
 # Runs `cargo bench -p gateway --bench edge` with longer phases and, when the
 # benchmark announces a phase on stderr, records the whole machine for 8 s
@@ -36,6 +36,9 @@ for phase in "${PHASES[@]}"; do
     kill -0 "$BENCH_PID" 2>/dev/null || { cat "$WORK/bench.err" >&2; echo "no phase $phase" >&2; exit 1; }
     sleep 0.2
   done
+  # A phase already over would be recorded during a later one.
+  current=$(grep '^phase ' "$WORK/bench.err" | tail -n1)
+  [ "$current" = "phase $phase" ] || { echo "phase $phase is over ($current): give phases in the benchmark's order" >&2; exit 1; }
   sleep 3 # past wrk's connection set-up
   # The benchmark process (not the open-model client, which is the same
   # binary but runs only in the fixed-rate phases).
