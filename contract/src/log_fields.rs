@@ -175,7 +175,7 @@ impl Write for Escaped<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::{Arc, Mutex};
 
     use serde_json::Value;
@@ -183,9 +183,9 @@ mod tests {
 
     use super::*;
 
-    /// A log sink the test can read.
+    /// A log sink a test can read (the telemetry tests' too).
     #[derive(Clone, Default)]
-    struct Sink(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Sink(pub(crate) Arc<Mutex<Vec<u8>>>);
 
     impl std::io::Write for Sink {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

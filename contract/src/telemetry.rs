@@ -374,25 +374,10 @@ async fn observe_as(service: Option<&'static str>, mut request: Request, next: N
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use tracing_subscriber::layer::SubscriberExt;
 
     use super::*;
-
-    /// A log sink the test can read.
-    #[derive(Clone, Default)]
-    struct Sink(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Sink {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::log_fields::tests::Sink;
 
     /// The messages logged by `emit` under `directives`.
     fn logged(directives: &str, emit: impl FnOnce()) -> String {

@@ -87,9 +87,7 @@ impl TraceContext {
     pub fn span_id_hex(&self) -> impl fmt::Display {
         Hex::<16>(u128::from(self.span_id))
     }
-}
 
-impl TraceContext {
     /// The `traceparent` value, as bytes: 55 ASCII characters.
     pub fn to_header_bytes(&self) -> [u8; 55] {
         let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
