@@ -53,7 +53,7 @@ MONITORING_NAMESPACE = "monitoring"
 # Env vars read outside clap: (binary, subcommand or None for all,
 # name pattern, source file, text that shows it is read there).
 EXTRA_ENV = [
-    (None, None, r"RUST_LOG", "contract/src/telemetry.rs", "EnvFilter::try_from_default_env"),
+    (None, None, r"RUST_LOG", "contract/src/telemetry.rs", 'std::env::var("RUST_LOG")'),
     (None, None, r"OTEL_[A-Z0-9_]+", "contract/src/otlp.rs", "OTEL_EXPORTER_OTLP_ENDPOINT"),
     ("order-service", "serve", r"RDKAFKA_[A-Z0-9_]+", "order-service/src/kafka.rs", 'strip_prefix("RDKAFKA_")'),
     ("order-service", "worker", r"RDKAFKA_[A-Z0-9_]+", "order-service/src/kafka.rs", 'strip_prefix("RDKAFKA_")'),
