@@ -3,9 +3,10 @@
 //! `tracing-subscriber`'s JSON logs keep each span's fields as the text of a
 //! JSON object, written once when the span opens. Its own field formatter
 //! (`JsonFields`) first collects them in a map of `serde_json::Value`s,
-//! formatting every value into a `String` of its own; on a request span of
-//! six fields that is about 8,000 instructions per request (at `info`, every
-//! request has one). [`JsonSpanFields`] writes the same object in place, and
+//! formatting every value into a `String` of its own. [`JsonSpanFields`]
+//! writes the same object in place, about 7,400 instructions fewer per
+//! request span of six fields (`BENCH_LOG_JSON=true scripts/edge_cost.sh`;
+//! at `info`, every request has one), and
 //! the lines come out the same: the JSON formatter parses the object back
 //! when a line is written, so key order and layout do not show.
 
