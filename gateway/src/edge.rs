@@ -89,6 +89,13 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         .finish()
         .expect("a positive rate and burst");
     forget_idle(std::sync::Arc::downgrade(per_ip.limiter()));
+    let places = std::sync::Arc::new(Places {
+        per_client: std::sync::Arc::new(PerClient::new(
+            clients.clone(),
+            config.per_client_in_flight,
+        )),
+        global: std::sync::Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
+    });
     // Probes and metrics stay outside the fans' limits: an orchestrator or
     // Prometheus behind the same address as a flood still gets its answer.
     let probes = routes.clone();
@@ -102,10 +109,10 @@ pub fn protect(routes: Router, config: &Config) -> Router {
             traced,
         ))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
-        .layer(TakeAPlaceLayer(std::sync::Arc::new(Places {
-            per_client: std::sync::Arc::new(PerClient::new(clients, config.per_client_in_flight)),
-            global: std::sync::Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
-        })))
+        .layer_fn(|inner| TakeAPlace {
+            inner,
+            places: places.clone(),
+        })
         .layer(HandleErrorLayer::new(shed))
         .timeout(Duration::from_millis(config.request_timeout_ms))
         .service(
@@ -303,23 +310,9 @@ impl Places {
     }
 }
 
-/// [`Places`] as a layer. A plain `Service` rather than
-/// `axum::middleware::from_fn`, which boxes the next service and the future
-/// of every request (`scripts/edge_cost.sh` counts the difference).
-#[derive(Clone)]
-struct TakeAPlaceLayer(std::sync::Arc<Places>);
-
-impl<S> tower::Layer<S> for TakeAPlaceLayer {
-    type Service = TakeAPlace<S>;
-
-    fn layer(&self, inner: S) -> TakeAPlace<S> {
-        TakeAPlace {
-            inner,
-            places: self.0.clone(),
-        }
-    }
-}
-
+/// [`Places`] as a layer (`ServiceBuilder::layer_fn`): a plain `Service`
+/// rather than `axum::middleware::from_fn`, which boxes the next service and
+/// the future of every request (`scripts/edge_cost.sh` counts the difference).
 #[derive(Clone)]
 struct TakeAPlace<S> {
     inner: S,
