@@ -13,9 +13,12 @@ use std::time::Duration;
 use anyhow::Context;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
+
+mod publisher;
+
+pub use publisher::Publisher;
 
 /// The `RDKAFKA_*` variables of `vars` as librdkafka properties.
 pub fn env_options(vars: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
@@ -43,7 +46,7 @@ impl EnvOptions for ClientConfig {
 
 /// An idempotent producer with `acks=all`: a retried send never duplicates or
 /// reorders within a partition.
-pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
+pub fn producer(brokers: &str) -> anyhow::Result<Publisher> {
     ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
@@ -237,7 +240,7 @@ mod tests {
         for (property, value) in env_options([("RDKAFKA_NO_SUCH_THING".into(), "1".into())]) {
             config.set(property, value);
         }
-        let error = config.create::<FutureProducer>().err().unwrap().to_string();
+        let error = config.create::<Publisher>().err().unwrap().to_string();
         assert!(error.contains("no.such.thing"), "{error}");
         let mut config = ClientConfig::new();
         for (property, value) in env_options([
@@ -249,7 +252,7 @@ mod tests {
             config.set(property, value);
         }
         // SASL over TLS is built in (OpenSSL), so such a client can be made.
-        if let Err(error) = config.create::<FutureProducer>() {
+        if let Err(error) = config.create::<Publisher>() {
             panic!("{error}");
         }
     }

@@ -33,11 +33,12 @@ use std::time::Duration;
 use boxoffice_contract::trace::TRACEPARENT;
 use futures::future::join_all;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::FutureRecord;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::kafka::Publisher;
 use crate::ServeConfig;
 
 #[derive(Debug, Clone)]
@@ -188,10 +189,10 @@ impl RelayHealth {
 /// fails, `health` says so.
 pub async fn run(
     pool: PgPool,
-    mut producer: FutureProducer,
+    mut producer: Publisher,
     config: RelayConfig,
     health: RelayHealth,
-    rebuild: impl Fn() -> anyhow::Result<FutureProducer>,
+    rebuild: impl Fn() -> anyhow::Result<Publisher>,
     cancel: CancellationToken,
 ) {
     let mut last_cleanup = tokio::time::Instant::now();
@@ -256,7 +257,7 @@ pub async fn run(
 /// failed stay unpublished and their aggregates are blocked for a while.
 pub async fn relay_batch(
     pool: &PgPool,
-    producer: &FutureProducer,
+    producer: &Publisher,
     config: &RelayConfig,
     blocked: &mut Blocked,
 ) -> anyhow::Result<usize> {

@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::brokers;
-use order_service::kafka;
+use order_service::kafka::{self, Publisher};
 use order_service::relay::{self, RelayConfig};
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::producer::Producer;
+use rdkafka::producer::FutureRecord;
 use rdkafka::{ClientConfig, Message};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -104,14 +104,13 @@ async fn two_relays_publish_every_row_once_in_order_per_key(pool: PgPool) {
 #[sqlx::test(migrator = "order_service::MIGRATOR")]
 async fn a_failing_partition_blocks_only_its_own_aggregates(pool: PgPool) {
     use rdkafka::mocking::MockCluster;
-    use rdkafka::producer::{FutureProducer, FutureRecord};
 
     let mock = MockCluster::new(2).unwrap();
     let topic = "relay-mock";
     mock.create_topic(topic, 2, 1).unwrap();
     mock.partition_leader(topic, 0, Some(1)).unwrap();
     mock.partition_leader(topic, 1, Some(2)).unwrap();
-    let producer: FutureProducer = ClientConfig::new()
+    let producer: Publisher = ClientConfig::new()
         .set("bootstrap.servers", mock.bootstrap_servers())
         .set("enable.idempotence", "true")
         .set("acks", "all")
@@ -394,4 +393,131 @@ fn reader(topic: &str) -> StreamConsumer {
         .unwrap();
     consumer.subscribe(&[topic]).unwrap();
     consumer
+}
+
+/// The `/proc` entry of this process's thread named `name`, if it runs.
+fn thread_dir(name: &str) -> Option<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .find_map(|task| {
+            let dir = task.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            (comm.trim_end() == name).then_some(dir)
+        })
+}
+
+/// How many times a thread has blocked (waited) so far.
+fn waits(dir: &std::path::Path) -> u64 {
+    let status = std::fs::read_to_string(dir.join("status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// An idle publisher's polling thread waits a second at a time. Each of its
+/// waits ends in about a millisecond of busy polling (rdkafka's poll loop),
+/// so rdkafka's own `FutureProducer`, waiting 100 ms at a time, costs ten
+/// times as much idle: about 30 waits in these 3 seconds instead of 3.
+#[tokio::test]
+async fn an_idle_publishers_thread_wakes_about_once_a_second() {
+    let topic = format!("publisher-idle-{}", uuid::Uuid::new_v4().simple());
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    let publisher = kafka::producer(&brokers()).unwrap();
+    // Connected, with the topic's metadata: from here on it has nothing to do.
+    publisher
+        .send(
+            FutureRecord::to(&topic).key("k").payload("v"),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    let thread = thread_dir(publisher.poll_thread()).expect("the polling thread runs");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = waits(&thread);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let woke = waits(&thread) - before;
+    assert!(woke <= 8, "{woke} waits in 3 s of idle");
+}
+
+/// Clones share one polling thread, which ends soon after the last clone.
+#[tokio::test]
+async fn the_polling_thread_ends_after_the_last_clone() {
+    let publisher = kafka::producer(&brokers()).unwrap();
+    let name = publisher.poll_thread().to_owned();
+    let clone = publisher.clone();
+    assert_eq!(clone.poll_thread(), name);
+    drop(publisher);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(thread_dir(&name).is_some(), "a clone still needs it");
+    drop(clone);
+    let mut ended = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if thread_dir(&name).is_none() {
+            ended = true;
+            break;
+        }
+    }
+    assert!(ended, "{name} still runs 5 s after the last clone went");
+}
+
+/// While librdkafka's queue is full a send is retried until its queue
+/// timeout; past it the send fails with `QueueFull` and hands the record back.
+#[tokio::test]
+async fn a_full_queue_is_retried_until_the_queue_timeout() {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    let topic = format!("publisher-full-{}", uuid::Uuid::new_v4().simple());
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    let publisher: Publisher = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("queue.buffering.max.messages", "1")
+        .set("linger.ms", "500")
+        .create()
+        .unwrap();
+    let first = {
+        let (publisher, topic) = (publisher.clone(), topic.clone());
+        tokio::spawn(async move {
+            publisher
+                .send(
+                    FutureRecord::to(&topic).key("1").payload("first"),
+                    Duration::ZERO,
+                )
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (error, record) = publisher
+        .send(
+            FutureRecord::to(&topic).key("2").payload("refused"),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error,
+        KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)
+    );
+    assert_eq!(record.topic(), topic);
+    assert_eq!(record.key(), Some(&b"2"[..]));
+    assert_eq!(record.payload(), Some(&b"refused"[..]));
+    let waited = publisher
+        .send(
+            FutureRecord::to(&topic).key("3").payload("waited"),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!((first.partition, waited.partition), (0, 0));
+    assert!(waited.offset > first.offset, "{first:?} then {waited:?}");
 }

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use boxoffice_contract::envelope::{CloudEvent, OrderConfirmed, ORDER_CONFIRMED_V1};
 use common::{brokers, database_url};
+use order_service::kafka::Publisher;
 use order_service::worker::dlq;
 use order_service::{kafka, WorkerConfig, Workers};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::ClientConfig;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -87,7 +88,7 @@ fn envelope(order: &OrderConfirmed) -> (Uuid, Vec<u8>) {
     (event.id, serde_json::to_vec(&event).unwrap())
 }
 
-async fn produce(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+async fn produce(producer: &Publisher, topic: &str, key: &str, payload: &[u8]) {
     producer
         .send(
             FutureRecord::to(topic).key(key).payload(payload),

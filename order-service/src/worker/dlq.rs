@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use crate::kafka::EnvOptions;
+use crate::kafka::{EnvOptions, Publisher};
 use anyhow::Context;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::RedriveConfig;
@@ -41,7 +41,7 @@ impl ErrorClass {
 /// Copies `message` to `dlq_topic` with its key, payload and the DLQ headers;
 /// returns once the broker has it (acks=all).
 pub async fn publish(
-    producer: &FutureProducer,
+    producer: &Publisher,
     dlq_topic: &str,
     message: &OwnedMessage,
     reason: &str,

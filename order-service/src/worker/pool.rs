@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::kafka::EnvOptions;
+use crate::kafka::{EnvOptions, Publisher};
 use anyhow::Context;
 use boxoffice_contract::otlp;
 use boxoffice_contract::trace::{TraceContext, TRACEPARENT};
@@ -33,7 +33,6 @@ use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::message::{Message, OwnedMessage};
-use rdkafka::producer::FutureProducer;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use sqlx::PgPool;
 use tokio::task::JoinSet;
@@ -287,7 +286,7 @@ impl ConsumerContext for PoolContext {
 struct Handler {
     pool: PgPool,
     issuer: Issuer,
-    producer: FutureProducer,
+    producer: Publisher,
     group: String,
     dlq_topic: String,
     extra_service: Duration,
