@@ -410,7 +410,8 @@ struct HealthQuery {
 }
 
 /// Order latency, outbox backlog, consumer lag and DLQ depth (`null` when
-/// the broker does not answer in time), order outcomes (of `?event_id=`),
+/// the broker does not answer in time; read at most once per
+/// [`health::READING_TTL`]), order outcomes (of `?event_id=`),
 /// the oldest unsettled order, recent failures and whether payments flow.
 async fn pipeline_health(
     State(state): State<AppState>,
@@ -419,14 +420,9 @@ async fn pipeline_health(
     let mut report = health::database(&state.pool, query.event_id.as_deref())
         .await
         .map_err(StoreError::Db)?;
-    let (lag, dlq) = tokio::join!(state.broker.lag(), state.broker.dlq_depth());
-    report.consumer_lag = lag
-        .inspect_err(|error| tracing::warn!(%error, "cannot read the consumer lag"))
-        .ok()
-        .map(|partitions| partitions.iter().map(|(_, lag)| lag).sum());
-    report.dlq_messages = dlq
-        .inspect_err(|error| tracing::warn!(%error, "cannot read the DLQ depth"))
-        .ok();
+    let broker = state.broker.reading().await;
+    report.consumer_lag = broker.lag;
+    report.dlq_messages = broker.dlq_messages;
     report.payments_available = state.payments.circuit_closed();
     Ok(axum::Json(report))
 }

@@ -94,6 +94,14 @@ pub async fn database(pool: &PgPool, event_id: Option<&str>) -> sqlx::Result<Hea
     })
 }
 
+/// How long `/internal/health` serves one reading of the consumer lag and
+/// the DLQ depth before it asks the broker again. A reading takes a metadata
+/// request, an offset fetch and two offset lists per partition of both
+/// topics; asked every second by each admission replica's sampler and
+/// adaptive controller, that was most of an idle stack's broker CPU. Five
+/// seconds is how often the workers export `boxoffice_consumer_lag`.
+pub const READING_TTL: Duration = Duration::from_secs(5);
+
 /// One broker client per process for the consumer lag, the DLQ depth and
 /// readiness (a client per call would cost a connection and threads each time).
 /// Its calls block; they run on the blocking pool.
@@ -102,6 +110,17 @@ pub struct BrokerProbe {
     consumer: Arc<BaseConsumer>,
     topic: String,
     timeout: Duration,
+    reading: Arc<tokio::sync::Mutex<Option<Reading>>>,
+    reading_ttl: Duration,
+}
+
+/// The consumer lag and the DLQ depth as read from the broker at `at`;
+/// each `None` when the broker did not say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reading {
+    pub at: tokio::time::Instant,
+    pub lag: Option<i64>,
+    pub dlq_messages: Option<i64>,
 }
 
 impl BrokerProbe {
@@ -117,7 +136,41 @@ impl BrokerProbe {
             consumer: Arc::new(consumer),
             topic: topic.to_owned(),
             timeout: Duration::from_secs(2),
+            reading: Arc::default(),
+            reading_ttl: READING_TTL,
         })
+    }
+
+    /// Serves each [`reading`](Self::reading) for `ttl` instead of [`READING_TTL`].
+    pub fn with_reading_ttl(mut self, ttl: Duration) -> Self {
+        self.reading_ttl = ttl;
+        self
+    }
+
+    /// The total consumer lag and the DLQ depth, read from the broker at most
+    /// once per [`READING_TTL`]: callers within it share one reading (a
+    /// failed one too, so a broker that is down is not asked more often).
+    pub async fn reading(&self) -> Reading {
+        let mut cached = self.reading.lock().await;
+        if let Some(reading) = cached
+            .as_ref()
+            .filter(|r| r.at.elapsed() < self.reading_ttl)
+        {
+            return reading.clone();
+        }
+        let (lag, dlq) = tokio::join!(self.lag(), self.dlq_depth());
+        let reading = Reading {
+            at: tokio::time::Instant::now(),
+            lag: lag
+                .inspect_err(|error| tracing::warn!(%error, "cannot read the consumer lag"))
+                .ok()
+                .map(|partitions| partitions.iter().map(|(_, lag)| lag).sum()),
+            dlq_messages: dlq
+                .inspect_err(|error| tracing::warn!(%error, "cannot read the DLQ depth"))
+                .ok(),
+        };
+        *cached = Some(reading.clone());
+        reading
     }
 
     pub fn topic(&self) -> &str {

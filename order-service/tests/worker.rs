@@ -132,6 +132,34 @@ async fn wait_consumed(topic: &str, group: &str, within: Duration) {
     }
 }
 
+/// The health endpoint's broker reading (lag, DLQ depth) is shared by the
+/// callers within its time to live, and read afresh after it.
+#[tokio::test]
+async fn the_lag_reading_is_shared_within_its_ttl() {
+    let (topic, group) = names();
+    kafka::ensure_topics(&brokers(), &[&topic], 1)
+        .await
+        .unwrap();
+    let probe = order_service::health::BrokerProbe::new(&brokers(), &group, &topic)
+        .unwrap()
+        .with_reading_ttl(Duration::from_secs(2));
+    let first = probe.reading().await;
+    assert_eq!((first.lag, first.dlq_messages), (Some(0), Some(0)));
+    let producer = kafka::producer(&brokers()).unwrap();
+    for key in ["a", "b", "c"] {
+        produce(&producer, &topic, key, b"{}").await;
+    }
+    assert_eq!(
+        probe.clone().reading().await,
+        first,
+        "within the TTL: the same reading"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let fresh = probe.reading().await;
+    assert!(fresh.at > first.at);
+    assert_eq!(fresh.lag, Some(3), "{fresh:?}");
+}
+
 /// Runs an in-process worker until its group has consumed the whole topic,
 /// then stops it and returns what it did.
 async fn consume_all(
