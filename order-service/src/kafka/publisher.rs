@@ -116,6 +116,10 @@ impl Publisher {
     /// retries every 100 ms for up to `queue_timeout`, then fails with
     /// `QueueFull`. The record is queued when the future is first polled,
     /// so futures polled in order queue their records in that order.
+    #[allow(
+        clippy::result_large_err,
+        reason = "rdkafka's own result type, as its FutureProducer returns it"
+    )]
     pub async fn send<K, P>(
         &self,
         record: FutureRecord<'_, K, P>,
