@@ -37,9 +37,9 @@ static THREADS: AtomicU32 = AtomicU32::new(0);
 
 /// An asynchronous producer: [`send`](Self::send) resolves once the broker
 /// has acknowledged the record (or it failed). Clones share one librdkafka
-/// producer; the polling thread stops within [`POLL_WINDOW`] after the last
-/// clone is dropped, and the producer is then closed like rdkafka's own
-/// (undelivered records purged, their sends failed).
+/// producer. The polling thread stops within [`POLL_WINDOW`] after the last
+/// clone is dropped, and the producer is then closed as rdkafka closes its
+/// own: records still queued (of sends no longer awaited) are purged.
 #[derive(Clone)]
 pub struct Publisher {
     shared: Arc<Shared>,
@@ -187,11 +187,6 @@ impl Publisher {
     /// The name of the polling thread.
     pub fn poll_thread(&self) -> &str {
         &self.shared.thread
-    }
-
-    /// Waits up to `timeout` for every queued record to be delivered.
-    pub fn flush(&self, timeout: impl Into<Timeout>) -> KafkaResult<()> {
-        self.shared.producer.flush(timeout)
     }
 }
 
