@@ -64,6 +64,82 @@ struct Run {
     p99_ms: f64,
     p999_ms: f64,
     non_2xx: u64,
+    /// CPU spent per request (wrk runs only).
+    cpu: Option<CpuPerRequest>,
+}
+
+/// CPU time so far, in seconds: this process (the servers under test), its
+/// waited-for children (wrk), Redis, and the whole machine.
+#[derive(Clone, Copy)]
+struct Cpu {
+    server: f64,
+    children: f64,
+    redis: f64,
+    machine: f64,
+}
+
+/// Microseconds of CPU a request cost each part, over a whole wrk run.
+#[derive(Clone, Copy)]
+struct CpuPerRequest {
+    server: f64,
+    redis: f64,
+    wrk: f64,
+    other: f64,
+}
+
+/// /proc's clock tick (USER_HZ), 100 on Linux.
+const TICK_S: f64 = 0.01;
+
+impl Cpu {
+    /// Reads the counters; Redis's from `/proc/{redis_pid}/stat` (the local
+    /// Redis the bench needs).
+    fn now(redis_pid: u32) -> Self {
+        let fields = |path: String| -> Vec<f64> {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+            after
+                .split_whitespace()
+                .map(|f| f.parse().unwrap_or(0.0))
+                .collect()
+        };
+        // After the command's name: state, ppid, …; utime is the 12th,
+        // stime, cutime, cstime follow.
+        let own = fields("/proc/self/stat".into());
+        let redis = fields(format!("/proc/{redis_pid}/stat"));
+        let stat = std::fs::read_to_string("/proc/stat").unwrap();
+        let all: Vec<f64> = stat
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap())
+            .collect();
+        // user nice system idle iowait irq softirq steal: all but idle and iowait.
+        let busy = all[0] + all[1] + all[2] + all[5] + all[6] + all[7];
+        let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0) * TICK_S;
+        Cpu {
+            server: at(&own, 11) + at(&own, 12),
+            children: at(&own, 13) + at(&own, 14),
+            redis: at(&redis, 11) + at(&redis, 12),
+            machine: busy * TICK_S,
+        }
+    }
+
+    fn per_request(self, after: Cpu, requests: f64) -> CpuPerRequest {
+        let us = |s: f64| 1e6 * s / requests;
+        let (server, wrk, redis) = (
+            after.server - self.server,
+            after.children - self.children,
+            after.redis - self.redis,
+        );
+        CpuPerRequest {
+            server: us(server),
+            redis: us(redis),
+            wrk: us(wrk),
+            other: us(after.machine - self.machine - server - wrk - redis),
+        }
+    }
 }
 
 /// What a request looks like: the same bytes go to the gateway and to its
@@ -145,9 +221,10 @@ end
 
 /// Runs wrk at saturation and reads its requests/s, latency percentiles and
 /// non-2xx count.
-fn wrk(base_url: &str, kind: Kind, script: &std::path::Path) -> Run {
+fn wrk(base_url: &str, kind: Kind, script: &std::path::Path, redis_pid: u32) -> Run {
     let seconds: u64 = env_or("BENCH_SECONDS", 8);
     let connections: u64 = env_or("BENCH_CONNECTIONS", 64);
+    let before = Cpu::now(redis_pid);
     let output = Command::new("wrk")
         .args([
             "-t1",
@@ -160,6 +237,7 @@ fn wrk(base_url: &str, kind: Kind, script: &std::path::Path) -> Run {
         .arg(format!("{base_url}{}", kind.path()))
         .output()
         .expect("running wrk (apt-get install wrk)");
+    let after = Cpu::now(redis_pid);
     let text = String::from_utf8_lossy(&output.stdout);
     let field = |prefix: &str| -> &str {
         text.lines()
@@ -180,12 +258,19 @@ fn wrk(base_url: &str, kind: Kind, script: &std::path::Path) -> Run {
         .lines()
         .find_map(|l| l.trim().strip_prefix("Non-2xx or 3xx responses:"))
         .map_or(0, |n| n.trim().parse().unwrap());
+    // "  123456 requests in 8.00s, 12.34MB read"
+    let requests: f64 = text
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in "))
+        .and_then(|(n, _)| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no request count in wrk output:\n{text}"));
     Run {
         requests_per_s: field("Requests/sec:").parse().unwrap(),
         p50_ms: ms(field("50%")),
         p99_ms: ms(field("99%")),
         p999_ms: f64::NAN,
         non_2xx,
+        cpu: Some(before.per_request(after, requests)),
     }
 }
 
@@ -225,6 +310,7 @@ fn open_model(base_url: &str, kind: Kind, tokens: &std::path::Path, rate: f64) -
         p99_ms: fields[2],
         p999_ms: fields[3],
         non_2xx: fields[4] as u64,
+        cpu: None,
     }
 }
 
@@ -419,6 +505,17 @@ async fn bench() {
         env_or("BENCH_LOG_JSON", false),
     );
     let (mut redis, url, prefix, keys) = common::open_event(100_000_000).await;
+    // Whose CPU Redis's is, for the CPU per request.
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let redis_pid: u32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .expect("INFO server names Redis's process id");
 
     // Fans in line, each with its queue ticket, for the status polls.
     let keyset = common::keyset();
@@ -486,11 +583,11 @@ async fn bench() {
                     "join"
                 };
                 eprintln!("phase {name}-baseline");
-                let base = wrk(&baseline_url, kind, script);
+                let base = wrk(&baseline_url, kind, script, redis_pid);
                 eprintln!("phase {name}-gateway");
-                let ours = wrk(&gateway_url, kind, script);
+                let ours = wrk(&gateway_url, kind, script, redis_pid);
                 eprintln!("phase {name}-bare");
-                let bare = wrk(&bare_gateway_url, kind, script);
+                let bare = wrk(&bare_gateway_url, kind, script, redis_pid);
                 eprintln!("phase {name}-fixed-rate");
                 let rate = (share * ours.requests_per_s).round();
                 fixed.push((
@@ -519,7 +616,7 @@ async fn bench() {
     eprintln!("phase status-otlp");
     let traced = tokio::task::spawn_blocking({
         let script = scripts[0].clone();
-        move || wrk(&gateway_url, Kind::Status, &script)
+        move || wrk(&gateway_url, Kind::Status, &script, redis_pid)
     })
     .await
     .unwrap();
@@ -561,6 +658,32 @@ async fn bench() {
         "OTLP span export on costs the status poll {:.0}% of its throughput",
         100.0 * (1.0 - traced.requests_per_s / saturated[0].2.requests_per_s)
     );
+    println!(
+        "\nCPU per request at saturation, µs (server: the process under test; other: the rest of the machine, kernel threads included)"
+    );
+    println!(
+        "{:<44} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13}",
+        "endpoint", "server", "Redis", "wrk", "other", "total", "vs baseline"
+    );
+    let total = |c: &CpuPerRequest| c.server + c.redis + c.wrk + c.other;
+    let cpu_row = |name: &str, run: &Run, base: &Run| {
+        let (c, b) = (run.cpu.unwrap(), base.cpu.unwrap());
+        println!(
+            "{name:<44} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>12.2}x",
+            c.server,
+            c.redis,
+            c.wrk,
+            c.other,
+            total(&c),
+            total(&c) / total(&b)
+        )
+    };
+    for (kind, base, ours, bare) in &saturated {
+        let (baseline, name) = kind.labels();
+        cpu_row(baseline, base, base);
+        cpu_row(name, ours, base);
+        cpu_row("  the same without the protective layers", bare, base);
+    }
     println!(
         "\nedge at a fixed rate ({:.0}% of the endpoint's saturated rate, open model, {connections} connections, {seconds} s)",
         share * 100.0
