@@ -76,6 +76,9 @@ struct Cpu {
     children: f64,
     redis: f64,
     machine: f64,
+    /// Time the hypervisor ran something else while this machine's CPUs
+    /// had work (`steal`): a noisy neighbour, not this machine's work.
+    stolen: f64,
 }
 
 /// Microseconds of CPU a request cost each part, over a whole wrk run.
@@ -85,6 +88,7 @@ struct CpuPerRequest {
     redis: f64,
     wrk: f64,
     other: f64,
+    stolen: f64,
 }
 
 /// /proc's clock tick (USER_HZ), 100 on Linux.
@@ -115,14 +119,16 @@ impl Cpu {
             .skip(1)
             .map(|f| f.parse().unwrap())
             .collect();
-        // user nice system idle iowait irq softirq steal: all but idle and iowait.
-        let busy = all[0] + all[1] + all[2] + all[5] + all[6] + all[7];
+        // user nice system idle iowait irq softirq steal: the work of this
+        // machine is all but idle, iowait and steal.
+        let busy = all[0] + all[1] + all[2] + all[5] + all[6];
         let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0) * TICK_S;
         Cpu {
             server: at(&own, 11) + at(&own, 12),
             children: at(&own, 13) + at(&own, 14),
             redis: at(&redis, 11) + at(&redis, 12),
             machine: busy * TICK_S,
+            stolen: all[7] * TICK_S,
         }
     }
 
@@ -138,6 +144,7 @@ impl Cpu {
             redis: us(redis),
             wrk: us(wrk),
             other: us(after.machine - self.machine - server - wrk - redis),
+            stolen: us(after.stolen - self.stolen),
         }
     }
 }
@@ -659,23 +666,25 @@ async fn bench() {
         100.0 * (1.0 - traced.requests_per_s / saturated[0].2.requests_per_s)
     );
     println!(
-        "\nCPU per request at saturation, µs (server: the process under test; other: the rest of the machine, kernel threads included)"
+        "\nCPU per request at saturation, µs (server: the process under test; other: the rest of the machine, kernel threads included; \
+         stolen: time the hypervisor gave to other guests, not in the total)"
     );
     println!(
-        "{:<44} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13}",
-        "endpoint", "server", "Redis", "wrk", "other", "total", "vs baseline"
+        "{:<44} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>8}",
+        "endpoint", "server", "Redis", "wrk", "other", "total", "vs baseline", "stolen"
     );
     let total = |c: &CpuPerRequest| c.server + c.redis + c.wrk + c.other;
     let cpu_row = |name: &str, run: &Run, base: &Run| {
         let (c, b) = (run.cpu.unwrap(), base.cpu.unwrap());
         println!(
-            "{name:<44} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>12.2}x",
+            "{name:<44} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>12.2}x {:>8.1}",
             c.server,
             c.redis,
             c.wrk,
             c.other,
             total(&c),
-            total(&c) / total(&b)
+            total(&c) / total(&b),
+            c.stolen
         )
     };
     for (kind, base, ours, bare) in &saturated {

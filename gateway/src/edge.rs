@@ -21,21 +21,21 @@
 //!    with `Retry-After` at once instead of queueing);
 //! 4. a deadline for the whole request: 503 `overloaded` when it passes;
 //! 5. a body limit (larger bodies are 413 `payload-too-large`) and a body
-//!    read timeout.
+//!    read timeout per part.
 //!
 //! `/healthz`, `/readyz` and `/metrics` go around all of them. Headers must
-//! arrive within `header_timeout_ms` (see [`crate::serve`]).
+//! arrive within `header_timeout_ms` (see [`crate::serve`]). The three
+//! timeouts run on one timer per connection ([`crate::timeouts`]).
 //!
 //! The access-token check sits on the purchase route itself (see [`crate::access`]).
 
 use std::time::Duration;
 
-use axum::error_handling::HandleErrorLayer;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::{BoxError, Router};
+use axum::Router;
 use boxoffice_contract::{telemetry, Problem};
 use tower::ServiceBuilder;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -43,6 +43,7 @@ use tower_governor::{GovernorError, GovernorLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 use crate::client_ip::{Client, ClientIp};
+use crate::timeouts::{self, Deadline};
 use crate::Config;
 
 /// Every minute, drops the per-IP state of addresses that are back to a full
@@ -96,6 +97,7 @@ pub fn protect(routes: Router, config: &Config) -> Router {
         )),
         global: std::sync::Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
     });
+    let body_timeout = Duration::from_millis(config.body_timeout_ms.max(1));
     // Probes and metrics stay outside the fans' limits: an orchestrator or
     // Prometheus behind the same address as a flood still gets its answer.
     let probes = routes.clone();
@@ -113,15 +115,15 @@ pub fn protect(routes: Router, config: &Config) -> Router {
             inner,
             places: places.clone(),
         })
-        .layer(HandleErrorLayer::new(shed))
-        .timeout(Duration::from_millis(config.request_timeout_ms))
+        .layer_fn(|inner| Deadline {
+            inner,
+            timeout: Duration::from_millis(config.request_timeout_ms),
+        })
+        .map_request(move |request| timeouts::per_part(request, body_timeout))
         .service(
             routes
                 .layer(telemetry::MarkRoute)
-                .layer(DefaultBodyLimit::max(config.body_limit_bytes))
-                .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-                    Duration::from_millis(config.body_timeout_ms.max(1)),
-                )),
+                .layer(DefaultBodyLimit::max(config.body_limit_bytes)),
         );
     let steer = tower::service_fn(move |request: axum::extract::Request| {
         let probe = PROBES.contains(&request.uri().path());
@@ -190,16 +192,6 @@ fn rate_limited(error: GovernorError) -> Response {
                 .retry_after(1)
                 .into_response()
         }
-    }
-}
-
-/// Deadline errors; the only errors the stack can produce.
-async fn shed(error: BoxError) -> Problem {
-    if error.is::<tower::timeout::error::Elapsed>() {
-        Problem::unavailable("overloaded", "the request took too long; try again", 1)
-    } else {
-        tracing::error!(%error, "middleware error");
-        Problem::internal()
     }
 }
 

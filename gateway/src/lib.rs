@@ -18,6 +18,7 @@
 //! - [`client_ip`]: whose request it is, for the per-IP limit (trusted proxies and
 //!   the header they write).
 //! - [`per_fan`]: the per-fan rate limit of join, status and purchase.
+//! - [`timeouts`]: the header, request and body timeouts, on one timer per connection.
 //! - [`upstream`]: calls to the order service behind a bulkhead and a circuit breaker.
 //! - [`config`]: the command line.
 #![forbid(unsafe_code)]
@@ -33,6 +34,7 @@ pub mod orders;
 pub mod per_fan;
 pub mod pow;
 pub mod queue;
+pub mod timeouts;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -193,7 +195,7 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::rt::TokioIo;
     use tower::ServiceExt;
 
     state.per_fan.clone().spawn_sweeper(Duration::from_secs(60));
@@ -243,16 +245,19 @@ pub async fn serve(
             }
         };
         socket.set_nodelay(true).ok();
+        // The connection's timeouts share one timer (see `timeouts`).
+        let clock = timeouts::Clock::new();
+        let timer = timeouts::ConnectionTimer(clock.clone());
         let service = app.clone().map_request(
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                request
-                    .extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
+                let extensions = request.extensions_mut();
+                extensions.insert(axum::extract::ConnectInfo(peer));
+                extensions.insert(clock.clone());
                 request.map(axum::body::Body::new)
             },
         );
         let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
+            .timer(timer)
             .header_read_timeout(header_timeout)
             .serve_connection(
                 TokioIo::new(socket),
