@@ -9,7 +9,9 @@
 //! ticket, so the limits are exercised rather than turned off. The same
 //! requests go to the baselines. Two measures:
 //!
-//! - saturation: `wrk -t1 -c64` for `BENCH_SECONDS`, req/s and p99;
+//! - saturation: `wrk -t1 -c64` for `BENCH_SECONDS`, req/s and p99, and the
+//!   CPU each request cost the server, Redis, wrk and the rest of the machine
+//!   (from `/proc`; time stolen by the hypervisor shown apart);
 //! - a fixed offered rate below saturation (open model, latency measured from
 //!   each request's scheduled start, so a stall counts for every request it
 //!   delays): this bench binary again, as a second process, at
