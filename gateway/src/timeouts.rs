@@ -28,6 +28,9 @@ use boxoffice_contract::Problem;
 use tokio::time::{Instant, Sleep};
 
 /// A connection's timer (see the module's documentation). Cloning shares it.
+/// It wakes the task that last waited on it, so one task only may wait on
+/// it: the connection's, which hyper polls each of its requests in (no
+/// handler here reads a body from a task of its own).
 #[derive(Clone)]
 pub struct Clock(Arc<Mutex<Pin<Box<Sleep>>>>);
 
