@@ -6,8 +6,9 @@
 //! and a cancellation in tokio's timer wheel, which sits behind one lock
 //! for the whole process: under load the two worker threads queued on it
 //! (`sched_yield` in the lock's slow path), and a body timer, earlier than
-//! any other, woke the I/O driver each time (an `eventfd` write). Together
-//! a fifth of the status poll's CPU in the edge benchmark.
+//! any other, woke the I/O driver each time (an `eventfd` write). In the
+//! edge benchmark's join that was about a fifth of the gateway's CPU per
+//! request (BENCHMARKS.md); the status poll, with no body, moved less.
 //!
 //! A [`Clock`] keeps one tokio timer and moves it lazily: a new deadline
 //! later than the one armed is only remembered; when the armed one passes,
