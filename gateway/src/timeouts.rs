@@ -7,7 +7,7 @@
 //! for the whole process: under load the two worker threads queued on it
 //! (`sched_yield` in the lock's slow path), and a body timer, earlier than
 //! any other, woke the I/O driver each time (an `eventfd` write). In the
-//! edge benchmark's join that was about a fifth of the gateway's CPU per
+//! edge benchmark's join that was about a sixth of the gateway's CPU per
 //! request (BENCHMARKS.md); the status poll, with no body, moved less.
 //!
 //! A [`Clock`] keeps one tokio timer and moves it lazily: a new deadline
