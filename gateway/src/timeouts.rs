@@ -72,6 +72,16 @@ impl Clock {
         }
     }
 
+    /// The request's connection's clock ([`crate::serve`] puts it in its
+    /// extensions), or one of its own (under `axum::serve`, say).
+    pub fn of(request: &axum::extract::Request) -> Self {
+        request
+            .extensions()
+            .get::<Clock>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// A future that ends at `deadline`.
     pub fn until(&self, deadline: Instant) -> Until {
         Until {
@@ -134,11 +144,7 @@ where
     }
 
     fn call(&mut self, request: axum::extract::Request) -> Self::Future {
-        let clock = request
-            .extensions()
-            .get::<Clock>()
-            .cloned()
-            .unwrap_or_default();
+        let clock = Clock::of(&request);
         Deadlined {
             deadline: Instant::now() + self.timeout,
             future: self.inner.call(request),
@@ -188,11 +194,7 @@ pub fn per_part(mut request: axum::extract::Request, timeout: Duration) -> axum:
     if request.body().is_end_stream() {
         return request;
     }
-    let clock = request
-        .extensions()
-        .get::<Clock>()
-        .cloned()
-        .unwrap_or_default();
+    let clock = Clock::of(&request);
     let body = std::mem::take(request.body_mut());
     *request.body_mut() = axum::body::Body::new(PerPart {
         body,
