@@ -67,7 +67,12 @@ pub fn init_with(directives: &str, json: bool) {
             .with(dynamic)
             .try_init()
     } else {
-        builder.finish().with(fixed).with(dynamic).try_init()
+        builder
+            .fmt_fields(crate::log_fields::TextFields)
+            .finish()
+            .with(fixed)
+            .with(dynamic)
+            .try_init()
     };
 }
 
