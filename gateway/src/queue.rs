@@ -16,6 +16,7 @@ use boxoffice_contract::keys::{valid_event_id, EventKeys};
 use boxoffice_contract::token::{admission_jti_of, now_s, Claims, TokenUse};
 use boxoffice_contract::Problem;
 use chrono::{DateTime, Utc};
+use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -469,29 +470,29 @@ async fn status(
     if event.sold_out() {
         return Err(sold_out());
     }
-    // Two native reads in one round trip; no script, since nothing is written.
+    // A waiting fan (the crowd) costs one native read, no script since
+    // nothing is written: its rank.
     let mut redis = state.redis.clone();
-    let (rank, expiry): (Option<i64>, Option<f64>) = redis::pipe()
+    let rank: Option<i64> = redis
         .zrank(keys.queue(), &claims.sub)
-        .zscore(keys.active(), &claims.sub)
-        .query_async(&mut redis)
         .await
         .map_err(redis_down)?;
     let now = now_ms();
-    // An admitted fan's token is named by the admission's expiry and, once a
-    // `seats-held` answer renewed it, by its held-over key: both read in one
-    // MULTI, so a renewal between them cannot pair an expiry with the wrong
-    // jti. A second round trip only for the admitted (the waiting are the
-    // crowd).
-    let (expiry, held_over): (Option<f64>, Option<String>) = match (rank, expiry) {
-        (None, Some(expiry)) if expiry as i64 > now => redis::pipe()
+    // Out of line: admitted, or lapsed. The admission's expiry and, once a
+    // `seats-held` answer renewed it, its held-over key name the access
+    // token: both read in one MULTI, so a renewal between them cannot pair
+    // an expiry with the wrong jti. Admission moves a fan from the line to
+    // the admitted set in one script, so a fan out of line here is in that
+    // set until its admission lapses or is spent.
+    let (expiry, held_over): (Option<f64>, Option<String>) = match rank {
+        Some(_) => (None, None),
+        None => redis::pipe()
             .atomic()
             .zscore(keys.active(), &claims.sub)
             .get(keys.held_over(&claims.sub))
             .query_async(&mut redis)
             .await
             .map_err(redis_down)?,
-        _ => (expiry, None),
     };
     match (rank, expiry) {
         (Some(rank), _) => {
