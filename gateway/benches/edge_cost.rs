@@ -30,6 +30,7 @@ use axum::extract::ConnectInfo;
 use axum::http::Request;
 use boxoffice_contract::token::{now_s, Claims, TokenUse};
 use redis::AsyncCommands;
+use tower::util::Either;
 use tower::ServiceExt;
 
 #[global_allocator]
@@ -100,11 +101,13 @@ async fn run() {
     let config = common::gateway_config(url, &prefix);
     let state = gateway::AppState::new(redis.clone(), keyset, config).unwrap();
     let app = match serve.as_str() {
-        "gateway" => gateway::app(state),
-        "bare" => gateway::router(state),
-        "baseline" => {
-            common::baselines(redis.clone(), keys.queue(), format!("{prefix}:bare-joins"))
-        }
+        "gateway" => Either::Left(gateway::app(state)),
+        "bare" => Either::Right(gateway::router(state)),
+        "baseline" => Either::Right(common::baselines(
+            redis.clone(),
+            keys.queue(),
+            format!("{prefix}:bare-joins"),
+        )),
         other => panic!("BENCH_SERVE={other}: gateway, bare or baseline"),
     };
     let proxy = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));

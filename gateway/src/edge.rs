@@ -29,6 +29,7 @@
 //!
 //! The access-token check sits on the purchase route itself (see [`crate::access`]).
 
+use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
@@ -37,6 +38,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use boxoffice_contract::{telemetry, Problem};
+use futures_util::future::Either;
+use tower::util::Oneshot;
 use tower::ServiceBuilder;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::{GovernorError, GovernorLayer};
@@ -79,7 +82,18 @@ fn forget_idle<K, C, M>(
 const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 /// Wraps the routes in the protective layers configured in `config`.
-pub fn protect(routes: Router, config: &Config) -> Router {
+pub fn protect(
+    routes: Router,
+    config: &Config,
+) -> impl tower::Service<
+    axum::extract::Request,
+    Response = Response,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
     // Who the client is, and whose headers are believed: the same for the
     // per-IP limit, the per-client places and the trace.
     let clients = ClientIp::new(config.trusted_proxies.clone(), config.forwarded_header);
@@ -125,25 +139,46 @@ pub fn protect(routes: Router, config: &Config) -> Router {
                 .layer(telemetry::MarkRoute)
                 .layer(DefaultBodyLimit::max(config.body_limit_bytes)),
         );
-    let steer = tower::service_fn(move |request: axum::extract::Request| {
-        let probe = PROBES.contains(&request.uri().path());
-        let (probes, protected) = (probes.clone(), protected.clone());
-        async move {
-            use tower::ServiceExt;
-            if probe {
-                probes
-                    .oneshot(request)
-                    .await
-                    .map(IntoResponse::into_response)
-            } else {
-                protected
-                    .oneshot(request)
-                    .await
-                    .map(IntoResponse::into_response)
-            }
+    Protected {
+        probes,
+        guarded: protected,
+    }
+}
+
+/// The routes behind their layers, and the probes around them: steered by
+/// path, with no router of its own (a second router's miss, fallback and
+/// boxing cost every request).
+#[derive(Clone)]
+struct Protected<S> {
+    probes: Router,
+    guarded: S,
+}
+
+impl<S> tower::Service<axum::extract::Request> for Protected<S>
+where
+    S: tower::Service<axum::extract::Request, Response = Response, Error = Infallible> + Clone,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future =
+        Either<axum::routing::future::RouteFuture<Infallible>, Oneshot<S, axum::extract::Request>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        // Each request is sent to a clone made ready for it (`oneshot`).
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
+        use tower::ServiceExt;
+        if PROBES.contains(&request.uri().path()) {
+            Either::Left(self.probes.call(request))
+        } else {
+            Either::Right(self.guarded.clone().oneshot(request))
         }
-    });
-    Router::new().fallback_service(steer)
+    }
 }
 
 /// The request's span, trace and HTTP metrics ([`telemetry::traced_as`]),
@@ -412,10 +447,12 @@ mod tests {
         // The peer is a proxy the gateway trusts: its trace is continued.
         let mut config = Config::defaults();
         config.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
-        let app = protect(routes, &config).layer(axum::Extension(ConnectInfo(SocketAddr::from((
-            [127, 0, 0, 1],
-            9,
-        )))));
+        let app = ServiceBuilder::new()
+            .layer(axum::Extension(ConnectInfo(SocketAddr::from((
+                [127, 0, 0, 1],
+                9,
+            )))))
+            .service(protect(routes, &config));
         let request = Request::get("/hello")
             .header("x-request-id", "req-42")
             .header(
@@ -453,14 +490,15 @@ mod tests {
         let answered = |trusted: &'static str| async move {
             let mut config = Config::defaults();
             config.trusted_proxies = vec![trusted.parse().unwrap()];
-            let app = protect(
-                Router::new().route("/hello", get(|| async { "hi" })),
-                &config,
-            )
-            .layer(axum::Extension(ConnectInfo(SocketAddr::from((
-                [203, 0, 113, 7],
-                9,
-            )))));
+            let app = ServiceBuilder::new()
+                .layer(axum::Extension(ConnectInfo(SocketAddr::from((
+                    [203, 0, 113, 7],
+                    9,
+                )))))
+                .service(protect(
+                    Router::new().route("/hello", get(|| async { "hi" })),
+                    &config,
+                ));
             let request = Request::get("/hello")
                 .header("traceparent", client)
                 .header("tracestate", "mallory=1")

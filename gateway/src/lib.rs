@@ -179,7 +179,17 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The routes inside the protective layers: what `serve` runs.
-pub fn app(state: AppState) -> Router {
+pub fn app(
+    state: AppState,
+) -> impl tower::Service<
+    axum::extract::Request,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future: Send + 'static,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
     let config = state.config.clone();
     edge::protect(router(state), &config)
 }
