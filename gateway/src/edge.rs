@@ -33,7 +33,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -43,7 +43,6 @@ use tower::util::Oneshot;
 use tower::ServiceBuilder;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::{GovernorError, GovernorLayer};
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 use crate::client_ip::{Client, ClientIp};
 use crate::timeouts::{self, Deadline};
@@ -118,8 +117,6 @@ pub fn protect(
     // Around the router as one service: `Router::layer` would give each route
     // its own concurrency limit.
     let protected = ServiceBuilder::new()
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(PropagateRequestIdLayer::x_request_id())
         .layer(axum::middleware::from_fn_with_state(
             clients.clone(),
             traced,
@@ -188,11 +185,28 @@ where
 /// `tracestate` are dropped first: a client that chose its own trace id
 /// could pile its requests onto another's trace, and its sampled flag would
 /// turn tracing off for them.
+///
+/// The request id is set here too: the caller's `x-request-id`, or a new
+/// one, on the request (for the span and the order service) and on its
+/// answer.
 async fn traced(
     State(clients): State<ClientIp>,
     mut request: axum::extract::Request,
     next: Next,
 ) -> Response {
+    let request_id = match request.headers().get(&X_REQUEST_ID) {
+        Some(id) => id.clone(),
+        None => {
+            let id = uuid::Uuid::new_v4();
+            let id = HeaderValue::from_str(
+                id.hyphenated()
+                    .encode_lower(&mut uuid::Uuid::encode_buffer()),
+            )
+            .expect("a UUID is a header value");
+            request.headers_mut().insert(X_REQUEST_ID, id.clone());
+            id
+        }
+    };
     let peer = request
         .extensions()
         .get::<ConnectInfo<std::net::SocketAddr>>()
@@ -207,8 +221,12 @@ async fn traced(
         headers.remove("traceparent");
         headers.remove("tracestate");
     }
-    telemetry::traced_as(crate::SERVICE, request, next).await
+    let mut response = telemetry::traced_as(crate::SERVICE, request, next).await;
+    response.headers_mut().insert(X_REQUEST_ID, request_id);
+    response
 }
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 fn rate_limited(error: GovernorError) -> Response {
     match error {

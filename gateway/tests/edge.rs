@@ -266,10 +266,7 @@ async fn oversized_bodies_get_413_and_requests_carry_an_id() {
         .send()
         .await
         .unwrap();
-    assert!(
-        response.headers().contains_key("x-request-id"),
-        "a request id is made"
-    );
+    let made = response.headers()["x-request-id"].to_str().unwrap().to_owned();
     let (status, _, slug) = problem(response).await;
     assert_eq!(
         (status, slug.as_str()),
@@ -287,6 +284,18 @@ async fn oversized_bodies_get_413_and_requests_carry_an_id() {
         "abc-123",
         "a caller's id is kept"
     );
+    // Without one, each request is given its own.
+    let again = edge
+        .http
+        .get(format!("{}/.well-known/jwks.json", edge.url))
+        .send()
+        .await
+        .unwrap();
+    let again = again.headers()["x-request-id"].to_str().unwrap();
+    for id in [&made, again] {
+        assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
+    }
+    assert_ne!(made, again);
 }
 
 /// An order service whose health the test switches, counting the calls it gets.
