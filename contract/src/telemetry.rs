@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{Counter, Histogram};
@@ -272,109 +272,217 @@ pub async fn traced(
     request: Request,
     next: Next,
 ) -> Response {
-    traced_as(service, request, next).await
-}
-
-/// [`traced`] called from a service's own middleware, for one that first
-/// looks at the request itself (the gateway drops an untrusted client's
-/// `traceparent` here, in the same layer).
-pub async fn traced_as(service: &'static str, request: Request, next: Next) -> Response {
     observe_as(Some(service), request, next).await
 }
 
+/// [`traced`] as a plain tower layer: `ServiceBuilder::layer(Traced(NAME))`.
+/// The same span, trace and metrics, without `from_fn`'s boxing of the next
+/// service and of every request's future, and its clone of the next
+/// service for each request: the gateway's outermost layer, where every
+/// request of a crowd passes.
+#[derive(Debug, Clone, Copy)]
+pub struct Traced(pub &'static str);
+
+impl<S> tower::Layer<S> for Traced {
+    type Service = TracedService<S>;
+
+    fn layer(&self, inner: S) -> TracedService<S> {
+        TracedService {
+            inner,
+            service: self.0,
+        }
+    }
+}
+
+/// The service of [`Traced`].
+#[derive(Debug, Clone)]
+pub struct TracedService<S> {
+    inner: S,
+    service: &'static str,
+}
+
+impl<S> tower::Service<Request> for TracedService<S>
+where
+    S: tower::Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Observed<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        let observation = Observation::begin(Some(self.service), &mut request);
+        // The layers below do their first part here, in `call`: in the
+        // span too.
+        let span = observation.span.clone();
+        let future = span.in_scope(|| self.inner.call(request));
+        Observed {
+            future: future.instrument(span),
+            observation: Some(observation),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of [`TracedService`], counted and timed when it comes.
+    pub struct Observed<F> {
+        #[pin]
+        future: tracing::instrument::Instrumented<F>,
+        observation: Option<Observation>,
+    }
+}
+
+impl<F, E> Future for Observed<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.future.poll(cx))?;
+        let observation = this.observation.take().expect("polled after it answered");
+        Poll::Ready(Ok(observation.finish(response)))
+    }
+}
+
 async fn observe_as(service: Option<&'static str>, mut request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let (cx, parent) = TraceContext::span_under(
-        request
-            .headers()
-            .get(TRACEPARENT)
-            .and_then(|v| v.to_str().ok()),
-    );
-    request.extensions_mut().insert(cx);
-    let matched = request.extensions().get::<MatchedPath>().cloned();
-    let span = tracing::info_span!(
-        "request",
-        method = %request.method(),
-        path = %request.uri().path(),
-        request_id = %request
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or(""),
-        trace_id = %cx.trace_id_hex(),
-        span_id = %cx.span_id_hex(),
-        parent_span_id = %parent,
-    );
-    // Probes, scrapes and the internal plane's polling (admission asks the
-    // order service for its health and kept settings every second or two)
-    // are not worth a trace each.
-    let service = service.filter(|_| {
-        otlp::enabled()
-            && !matches!(
-                request.uri().path(),
-                "/healthz"
-                    | "/readyz"
-                    | "/metrics"
-                    | "/internal/health"
-                    | "/internal/event-settings"
-            )
-    });
-    let mut exported = match service {
-        Some(service) => otlp::Span::start(
-            service,
-            format!(
-                "{} {}",
-                request.method(),
-                matched.as_ref().map_or("", MatchedPath::as_str)
-            ),
-            otlp::Kind::Server,
-            &cx,
-            parent,
-        ),
-        None => otlp::Span::none(),
-    };
-    let method = exported.is_recording().then(|| request.method().clone());
-    if exported.is_recording() {
-        exported.set_attribute(KeyValue::new(
-            "http.request.method",
-            request.method().as_str().to_owned(),
-        ));
-        exported.set_attribute(KeyValue::new("url.path", request.uri().path().to_owned()));
-    }
-    let mut response = next.run(request).instrument(span.clone()).await;
-    let status = response.status();
-    let elapsed = started.elapsed();
-    if status.is_server_error() {
-        span.in_scope(|| {
-            tracing::warn!(
-                status = status.as_u16(),
-                ?elapsed,
-                "answered with a server error"
-            )
+    let observation = Observation::begin(service, &mut request);
+    let response = next.run(request).instrument(observation.span.clone()).await;
+    observation.finish(response)
+}
+
+/// One request's telemetry, from when it comes to when it is answered.
+struct Observation {
+    started: Instant,
+    span: tracing::Span,
+    cx: TraceContext,
+    matched: Option<MatchedPath>,
+    exported: otlp::Span,
+    /// The method, while the span is exported.
+    method: Option<Method>,
+}
+
+impl Observation {
+    /// The request's span and trace context (put in its extensions), and
+    /// its exported span if `service` exports them.
+    fn begin(service: Option<&'static str>, request: &mut Request) -> Self {
+        let started = Instant::now();
+        let (cx, parent) = TraceContext::span_under(
+            request
+                .headers()
+                .get(TRACEPARENT)
+                .and_then(|v| v.to_str().ok()),
+        );
+        request.extensions_mut().insert(cx);
+        let matched = request.extensions().get::<MatchedPath>().cloned();
+        let span = tracing::info_span!(
+            "request",
+            method = %request.method(),
+            path = %request.uri().path(),
+            request_id = %request
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+            trace_id = %cx.trace_id_hex(),
+            span_id = %cx.span_id_hex(),
+            parent_span_id = %parent,
+        );
+        // Probes, scrapes and the internal plane's polling (admission asks the
+        // order service for its health and kept settings every second or two)
+        // are not worth a trace each.
+        let service = service.filter(|_| {
+            otlp::enabled()
+                && !matches!(
+                    request.uri().path(),
+                    "/healthz"
+                        | "/readyz"
+                        | "/metrics"
+                        | "/internal/health"
+                        | "/internal/event-settings"
+                )
         });
-    }
-    let route = matched
-        .as_ref()
-        .or_else(|| response.extensions().get::<RouteOf>().map(|r| &r.0))
-        .map_or("unmatched", MatchedPath::as_str);
-    record_http(route, status, elapsed.as_secs_f64());
-    if let Some(method) = method {
-        if matched.is_none() {
-            exported.update_name(format!("{method} {route}"));
+        let mut exported = match service {
+            Some(service) => otlp::Span::start(
+                service,
+                format!(
+                    "{} {}",
+                    request.method(),
+                    matched.as_ref().map_or("", MatchedPath::as_str)
+                ),
+                otlp::Kind::Server,
+                &cx,
+                parent,
+            ),
+            None => otlp::Span::none(),
+        };
+        let method = exported.is_recording().then(|| request.method().clone());
+        if exported.is_recording() {
+            exported.set_attribute(KeyValue::new(
+                "http.request.method",
+                request.method().as_str().to_owned(),
+            ));
+            exported.set_attribute(KeyValue::new("url.path", request.uri().path().to_owned()));
         }
-        exported.set_attribute(KeyValue::new("http.route", route.to_owned()));
-        exported.set_attribute(KeyValue::new(
-            "http.response.status_code",
-            i64::from(status.as_u16()),
-        ));
+        Self {
+            started,
+            span,
+            cx,
+            matched,
+            exported,
+            method,
+        }
+    }
+
+    /// Counts and times the answer, ends the exported span and sends the
+    /// trace context back with the answer.
+    fn finish(self, mut response: Response) -> Response {
+        let Self {
+            started,
+            span,
+            cx,
+            matched,
+            mut exported,
+            method,
+        } = self;
+        let status = response.status();
+        let elapsed = started.elapsed();
         if status.is_server_error() {
-            exported.set_status(otlp::Status::error(status.to_string()));
+            span.in_scope(|| {
+                tracing::warn!(
+                    status = status.as_u16(),
+                    ?elapsed,
+                    "answered with a server error"
+                )
+            });
         }
+        let route = matched
+            .as_ref()
+            .or_else(|| response.extensions().get::<RouteOf>().map(|r| &r.0))
+            .map_or("unmatched", MatchedPath::as_str);
+        record_http(route, status, elapsed.as_secs_f64());
+        if let Some(method) = method {
+            if matched.is_none() {
+                exported.update_name(format!("{method} {route}"));
+            }
+            exported.set_attribute(KeyValue::new("http.route", route.to_owned()));
+            exported.set_attribute(KeyValue::new(
+                "http.response.status_code",
+                i64::from(status.as_u16()),
+            ));
+            if status.is_server_error() {
+                exported.set_status(otlp::Status::error(status.to_string()));
+            }
+        }
+        if let Ok(value) = HeaderValue::from_bytes(&cx.to_header_bytes()) {
+            response.headers_mut().insert(TRACEPARENT, value);
+        }
+        response
     }
-    if let Ok(value) = HeaderValue::from_bytes(&cx.to_header_bytes()) {
-        response.headers_mut().insert(TRACEPARENT, value);
-    }
-    response
 }
 
 #[cfg(test)]
@@ -399,6 +507,46 @@ mod tests {
         tracing::subscriber::with_default(subscriber, emit);
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         text
+    }
+
+    /// What the layers below do in `call`, before their future is polled,
+    /// is logged in the request's span, as with `from_fn`; and the answer
+    /// carries the trace context.
+    #[tokio::test]
+    async fn the_traced_layer_logs_in_the_requests_span() {
+        use tower::{Service, ServiceExt};
+        let inner = tower::service_fn(|_: Request| {
+            tracing::info!("called");
+            async {
+                tracing::info!("answering");
+                Ok::<_, std::convert::Infallible>(Response::new(axum::body::Body::empty()))
+            }
+        });
+        let mut traced = tower::Layer::layer(&Traced("test"), inner);
+        let request = Request::get("/v1/x")
+            .header("x-request-id", "req-7")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let response = traced.ready().await.unwrap().call(request).await.unwrap();
+        assert!(response.headers().contains_key("traceparent"));
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        for message in ["called", "answering"] {
+            let line = text
+                .lines()
+                .find(|l| l.ends_with(message))
+                .unwrap_or_else(|| panic!("no {message}: {text}"));
+            assert!(
+                line.contains("request{method=GET path=/v1/x request_id=req-7 "),
+                "{line}"
+            );
+        }
     }
 
     #[test]

@@ -8,9 +8,9 @@
 //!    it can neither choose trace ids nor turn sampling off for its
 //!    requests); both are recorded on the request's log
 //!    span (`request_id`, `trace_id`) and sent on to the order service. The
-//!    same layer counts `boxoffice_http_requests_total{route,status}` and times
-//!    `boxoffice_http_request_duration_seconds`, so answers of the layers
-//!    below (429, 503) are counted too;
+//!    span's layer counts `boxoffice_http_requests_total{route,status}` and
+//!    times `boxoffice_http_request_duration_seconds`, so answers of the
+//!    layers below (429, 503) are counted too;
 //! 2. per-IP rate limit (`tower_governor`, keyed by [`crate::client_ip`]):
 //!    past the quota, 429 `rate-limited` with `Retry-After`, before any work
 //!    is done; idle addresses are forgotten every minute;
@@ -32,14 +32,12 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use boxoffice_contract::{telemetry, Problem};
 use futures_util::future::Either;
-use tower::util::Oneshot;
 use tower::ServiceBuilder;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::{GovernorError, GovernorLayer};
@@ -117,10 +115,11 @@ pub fn protect(
     // Around the router as one service: `Router::layer` would give each route
     // its own concurrency limit.
     let protected = ServiceBuilder::new()
-        .layer(axum::middleware::from_fn_with_state(
-            clients.clone(),
-            traced,
-        ))
+        .layer_fn(|inner| Identify {
+            inner,
+            clients: clients.clone(),
+        })
+        .layer(telemetry::Traced(crate::SERVICE))
         .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
         .layer_fn(|inner| TakeAPlace {
             inner,
@@ -157,73 +156,125 @@ where
 {
     type Response = Response;
     type Error = Infallible;
-    type Future =
-        Either<axum::routing::future::RouteFuture<Infallible>, Oneshot<S, axum::extract::Request>>;
+    type Future = Either<axum::routing::future::RouteFuture<Infallible>, S::Future>;
 
+    /// Ready when the guarded routes are (a router always is, so the
+    /// probes need no wait). hyper clones the service for each request and
+    /// readies the clone, so the request goes straight to it: cloning the
+    /// whole stack again (its reference counts, shared by every core) costs
+    /// each request.
     fn poll_ready(
         &mut self,
-        _: &mut std::task::Context<'_>,
+        cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<(), Infallible>> {
-        // Each request is sent to a clone made ready for it (`oneshot`).
-        std::task::Poll::Ready(Ok(()))
+        self.guarded.poll_ready(cx)
     }
 
     fn call(&mut self, request: axum::extract::Request) -> Self::Future {
-        use tower::ServiceExt;
         if PROBES.contains(&request.uri().path()) {
             Either::Left(self.probes.call(request))
         } else {
-            Either::Right(self.guarded.clone().oneshot(request))
+            Either::Right(self.guarded.call(request))
         }
     }
 }
 
-/// The request's span, trace and HTTP metrics ([`telemetry::traced_as`]),
-/// and who the client is: found here once ([`Client`]) for the limits after
-/// this layer. A trace is continued only from a trusted proxy (one that
-/// traces, in front of the gateway). Anyone else's `traceparent` and
-/// `tracestate` are dropped first: a client that chose its own trace id
-/// could pile its requests onto another's trace, and its sampled flag would
-/// turn tracing off for them.
+/// Who the request is from and which it is, before its span opens
+/// ([`telemetry::Traced`], the next layer):
 ///
-/// The request id is set here too: the caller's `x-request-id`, or a new
-/// one, on the request (for the span and the order service) and on its
-/// answer.
-async fn traced(
-    State(clients): State<ClientIp>,
-    mut request: axum::extract::Request,
-    next: Next,
-) -> Response {
-    let request_id = match request.headers().get(&X_REQUEST_ID) {
-        Some(id) => id.clone(),
-        None => {
-            let id = uuid::Uuid::new_v4();
-            let id = HeaderValue::from_str(
-                id.hyphenated()
-                    .encode_lower(&mut uuid::Uuid::encode_buffer()),
-            )
-            .expect("a UUID is a header value");
-            request.headers_mut().insert(X_REQUEST_ID, id.clone());
-            id
+/// - its client: found here once ([`Client`]) for the limits after these
+///   layers;
+/// - its trace: continued only from a trusted proxy (one that traces, in
+///   front of the gateway). Anyone else's `traceparent` and `tracestate`
+///   are dropped: a client that chose its own trace id could pile its
+///   requests onto another's trace, and its sampled flag would turn tracing
+///   off for them;
+/// - its id: the caller's `x-request-id`, or a new one, on the request (for
+///   the span and the order service) and on its answer.
+///
+/// A plain `Service`, like [`TakeAPlace`], for the same reason.
+#[derive(Clone)]
+struct Identify<S> {
+    inner: S,
+    clients: ClientIp,
+}
+
+impl<S> tower::Service<axum::extract::Request> for Identify<S>
+where
+    S: tower::Service<axum::extract::Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Identified<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: axum::extract::Request) -> Self::Future {
+        let request_id = match request.headers().get(&X_REQUEST_ID) {
+            Some(id) => id.clone(),
+            None => {
+                let id = uuid::Uuid::new_v4();
+                let id = HeaderValue::from_str(
+                    id.hyphenated()
+                        .encode_lower(&mut uuid::Uuid::encode_buffer()),
+                )
+                .expect("a UUID is a header value");
+                request.headers_mut().insert(X_REQUEST_ID, id.clone());
+                id
+            }
+        };
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map(|ConnectInfo(peer)| peer.ip());
+        let trusted = peer.is_some_and(|peer| self.clients.is_trusted(peer));
+        if let Some(peer) = peer {
+            let client = Client(self.clients.of(peer, request.headers()));
+            request.extensions_mut().insert(client);
         }
-    };
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<std::net::SocketAddr>>()
-        .map(|ConnectInfo(peer)| peer.ip());
-    let trusted = peer.is_some_and(|peer| clients.is_trusted(peer));
-    if let Some(peer) = peer {
-        let client = Client(clients.of(peer, request.headers()));
-        request.extensions_mut().insert(client);
+        if !trusted {
+            let headers = request.headers_mut();
+            headers.remove("traceparent");
+            headers.remove("tracestate");
+        }
+        Identified {
+            future: self.inner.call(request),
+            request_id: Some(request_id),
+        }
     }
-    if !trusted {
-        let headers = request.headers_mut();
-        headers.remove("traceparent");
-        headers.remove("tracestate");
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of [`Identify`], given the request's id.
+    struct Identified<F> {
+        #[pin]
+        future: F,
+        request_id: Option<HeaderValue>,
     }
-    let mut response = telemetry::traced_as(crate::SERVICE, request, next).await;
-    response.headers_mut().insert(X_REQUEST_ID, request_id);
-    response
+}
+
+impl<F, E> std::future::Future for Identified<F>
+where
+    F: std::future::Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        let mut response = std::task::ready!(this.future.poll(cx))?;
+        if let Some(id) = this.request_id.take() {
+            response.headers_mut().insert(X_REQUEST_ID, id);
+        }
+        std::task::Poll::Ready(Ok(response))
+    }
 }
 
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

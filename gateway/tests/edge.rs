@@ -266,7 +266,10 @@ async fn oversized_bodies_get_413_and_requests_carry_an_id() {
         .send()
         .await
         .unwrap();
-    let made = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let made = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     let (status, _, slug) = problem(response).await;
     assert_eq!(
         (status, slug.as_str()),
