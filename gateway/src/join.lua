@@ -15,7 +15,8 @@ local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
 if rank then return {'waiting', rank + 1, 1} end
 local expiry = tonumber(redis.call('ZSCORE', KEYS[3], ARGV[1]) or '0')
 if expiry > tonumber(ARGV[2]) then return {'admitted', expiry, 1} end
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return {'room-full', 0, 0} end
+local queued = redis.call('ZCARD', KEYS[1])
+if queued >= tonumber(ARGV[3]) then return {'room-full', 0, 0} end
 if ARGV[4] ~= '' then
   redis.call('ZADD', KEYS[1], ARGV[4], ARGV[1])
   return {'waiting', redis.call('ZRANK', KEYS[1], ARGV[1]) + 1, 0}
@@ -27,4 +28,5 @@ if ARGV[5] == '1' then
   redis.call('ZADD', KEYS[4], seq, seq .. ':' .. ARGV[2])
   redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -86401)
 end
-return {'waiting', redis.call('ZCARD', KEYS[1]), 0}
+-- Last in line, behind the `queued` fans counted above.
+return {'waiting', queued + 1, 0}
