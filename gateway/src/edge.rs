@@ -39,8 +39,8 @@ use axum::Router;
 use boxoffice_contract::{telemetry, Problem};
 use futures_util::future::Either;
 use tower::ServiceBuilder;
-use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::{GovernorError, GovernorLayer};
+use tower_governor::governor::{Governor, GovernorConfigBuilder};
+use tower_governor::GovernorError;
 
 use crate::client_ip::{Client, ClientIp};
 use crate::timeouts::{self, Deadline};
@@ -100,7 +100,18 @@ pub fn protect(
         .burst_size(config.per_ip_burst.max(1))
         .finish()
         .expect("a positive rate and burst");
-    forget_idle(std::sync::Arc::downgrade(per_ip.limiter()));
+    // The limiter of tower_governor's config, but in more shards (see
+    // `per_fan::LIMITER_SHARDS`): every new client address is a new key.
+    let per_ip_limiter = std::sync::Arc::new(governor::RateLimiter::new(
+        governor::Quota::with_period(Duration::from_millis(
+            (1000 / config.per_ip_rate.max(1)).max(1),
+        ))
+        .expect("a positive period")
+        .allow_burst(std::num::NonZeroU32::new(config.per_ip_burst.max(1)).expect("at least one")),
+        crate::per_fan::keyed_state(),
+        governor::clock::DefaultClock::default(),
+    ));
+    forget_idle(std::sync::Arc::downgrade(&per_ip_limiter));
     let places = std::sync::Arc::new(Places {
         per_client: std::sync::Arc::new(PerClient::new(
             clients.clone(),
@@ -120,7 +131,11 @@ pub fn protect(
             clients: clients.clone(),
         })
         .layer(telemetry::Traced(crate::SERVICE))
-        .layer(GovernorLayer::new(per_ip).error_handler(rate_limited))
+        .layer_fn(|inner| {
+            let mut governor = Governor::new(inner, &per_ip).error_handler(rate_limited);
+            governor.limiter = per_ip_limiter.clone();
+            governor
+        })
         .layer_fn(|inner| TakeAPlace {
             inner,
             places: places.clone(),

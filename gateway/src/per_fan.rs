@@ -16,12 +16,30 @@ pub struct PerFan {
     limiter: RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock>,
 }
 
+/// Shards of a rate limiter's map of keys (here fans; client addresses in
+/// [`crate::edge`]). Each new key goes into the map, and a shard that
+/// outgrows its table is rehashed whole, under its write lock, while every
+/// request whose key falls in that shard waits. `dashmap`'s default is four
+/// shards a core (8 here): a spike's million keys make shards of 125,000
+/// and a wait of several milliseconds at each doubling. With 1,024, shards
+/// hold about 1,000 and their rehash is a thousandth of that; so is each
+/// step of the minute's sweep (`retain_recent`, `shrink_to_fit`, shard by
+/// shard). An empty shard costs 128 bytes. `cargo bench -p gateway --bench
+/// limiter_growth` measures the waits (32, 64 and 256 shards waited longer
+/// there, or more often).
+pub const LIMITER_SHARDS: usize = 1024;
+
+/// An empty keyed limiter state in [`LIMITER_SHARDS`] shards.
+pub fn keyed_state<K: std::hash::Hash + Eq + Clone>() -> DefaultKeyedStateStore<K> {
+    dashmap::DashMap::with_shard_amount(LIMITER_SHARDS)
+}
+
 impl PerFan {
     pub fn new(per_second: u32, burst: u32) -> Self {
         let quota = Quota::per_second(NonZeroU32::new(per_second.max(1)).expect("at least one"))
             .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least one"));
         Self {
-            limiter: RateLimiter::keyed(quota),
+            limiter: RateLimiter::new(quota, keyed_state(), DefaultClock::default()),
         }
     }
 
