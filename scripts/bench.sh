@@ -35,7 +35,7 @@ export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 export RUST_LOG=${RUST_LOG:-warn}
 
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(edge cost tokens purchase pipeline workers idle sale)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(edge cost limiters tokens purchase pipeline workers idle sale)
 OUT=target/bench
 mkdir -p "$OUT"
 
@@ -54,6 +54,7 @@ for s in "${STEPS[@]}"; do
   case $s in
     edge) step edge cargo bench --locked -p gateway --bench edge ;;
     cost) step cost scripts/edge_cost.sh ;;
+    limiters) step limiters cargo bench --locked -p gateway --bench limiter_growth ;;
     tokens) step tokens cargo bench --locked -p boxoffice-contract --bench tokens ;;
     purchase) kafka; step purchase cargo bench --locked -p gateway --bench purchase ;;
     pipeline) kafka; step pipeline cargo bench --locked -p order-service --bench pipeline ;;
@@ -85,7 +86,7 @@ for s in "${STEPS[@]}"; do
           --no-print-metrics || true
       kill "$UP_PID" 2>/dev/null; wait "$UP_PID" 2>/dev/null || true; UP_PID=
       ;;
-    *) echo "unknown step $s (edge cost tokens purchase pipeline workers idle sale)" >&2; exit 2 ;;
+    *) echo "unknown step $s (edge cost limiters tokens purchase pipeline workers idle sale)" >&2; exit 2 ;;
   esac
 done
 
@@ -107,6 +108,7 @@ say "writing BENCHMARKS.md"
 | --- | --- | --- |
 | `cargo bench -p gateway --bench edge` | join and status with every protective layer at their default limits, load spread over many addresses and fans: at saturation (wrk), at a fixed rate (open model, p99), and without the layers (A/B); Redis memory for 1,000,000 queued fans | a bare axum handler doing one ZRANK (status) or one ZADD of a new member (join); a bare sorted set of the same ids |
 | `scripts/edge_cost.sh` | the gateway's own instructions per join and status (callgrind), with and without the layers: the same on a busy machine, so a change of 1 % shows | the same baselines |
+| `cargo bench -p gateway --bench limiter_growth` | the longest wait of a rate-limit check while a spike's new keys grow the limiter's map, and the minute's sweep | the same map with `dashmap`'s default shards |
 | `cargo bench -p boxoffice-contract --bench tokens` | queue, access and order tokens signed and verified | raw Ed25519 |
 | `cargo bench -p gateway --bench purchase` | the token work's share of a purchase's CPU | the whole purchase (gateway, order service, Redis, PostgreSQL) |
 | `cargo bench -p order-service --bench pipeline` | confirmed orders/s through the saga; relay events/s | `pgbench` running the same SQL; a raw rdkafka producer with the same settings |
@@ -115,15 +117,16 @@ say "writing BENCHMARKS.md"
 | `loadtest --profile sale` | the whole sale under the default thresholds ([docs/load-testing.md](docs/load-testing.md)) | the verdict |
 
 `scripts/bench.sh` runs them all; `scripts/bench.sh edge tokens` only those
-steps (`edge cost tokens purchase pipeline workers idle sale`), keeping the other
+steps (`edge cost limiters tokens purchase pipeline workers idle sale`), keeping the other
 sections from their last run (in `target/bench/`).
 
 TABLE
-  for s in edge cost tokens purchase pipeline workers idle sale; do
+  for s in edge cost limiters tokens purchase pipeline workers idle sale; do
     [ -f "$OUT/$s.out" ] || continue
     case $s in
       edge) echo "## Edge: join and status vs axum + one ZADD / ZRANK" ;;
       cost) echo "## Edge cost: instructions per request (callgrind)" ;;
+      limiters) echo "## Limiters: a request's wait while a spike's new keys come in" ;;
       tokens) echo "## Tokens: sign and verify vs raw Ed25519" ;;
       purchase) echo "## The token share of a purchase" ;;
       pipeline) echo "## Purchase pipeline vs pgbench; outbox relay vs a raw producer" ;;
