@@ -38,8 +38,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use boxoffice_contract::{telemetry, Problem};
 use futures_util::future::Either;
+use governor::middleware::NoOpMiddleware;
 use tower::ServiceBuilder;
-use tower_governor::governor::{Governor, GovernorConfigBuilder};
+use tower_governor::governor::{Governor, GovernorConfigBuilder, SharedRateLimiter};
 use tower_governor::GovernorError;
 
 use crate::client_ip::{Client, ClientIp};
@@ -94,23 +95,26 @@ pub fn protect(
     // Who the client is, and whose headers are believed: the same for the
     // per-IP limit, the per-client places and the trace.
     let clients = ClientIp::new(config.trusted_proxies.clone(), config.forwarded_header);
+    // tower_governor's config names the key; the limiter is ours (below),
+    // set on its `Governor` in place of the config's own.
     let per_ip = GovernorConfigBuilder::default()
         .key_extractor(clients.clone())
-        .per_millisecond((1000 / config.per_ip_rate.max(1)).max(1))
-        .burst_size(config.per_ip_burst.max(1))
         .finish()
-        .expect("a positive rate and burst");
-    // The limiter of tower_governor's config, but in more shards (see
+        .expect("the default rate and burst");
+    // The per-IP quota, in more shards than `governor`'s default (see
     // `per_fan::LIMITER_SHARDS`): every new client address is a new key.
-    let per_ip_limiter = std::sync::Arc::new(governor::RateLimiter::new(
-        governor::Quota::with_period(Duration::from_millis(
-            (1000 / config.per_ip_rate.max(1)).max(1),
-        ))
-        .expect("a positive period")
-        .allow_burst(std::num::NonZeroU32::new(config.per_ip_burst.max(1)).expect("at least one")),
-        crate::per_fan::keyed_state(),
-        governor::clock::DefaultClock::default(),
-    ));
+    let per_ip_limiter: SharedRateLimiter<std::net::IpAddr, NoOpMiddleware> =
+        std::sync::Arc::new(governor::RateLimiter::new(
+            governor::Quota::with_period(Duration::from_millis(
+                (1000 / config.per_ip_rate.max(1)).max(1),
+            ))
+            .expect("a positive period")
+            .allow_burst(
+                std::num::NonZeroU32::new(config.per_ip_burst.max(1)).expect("at least one"),
+            ),
+            crate::per_fan::keyed_state(),
+            governor::clock::DefaultClock::default(),
+        ));
     forget_idle(std::sync::Arc::downgrade(&per_ip_limiter));
     let places = std::sync::Arc::new(Places {
         per_client: std::sync::Arc::new(PerClient::new(
