@@ -2,7 +2,7 @@
 //!
 //! Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set; then each service exports
-//! the spans BoxOffice records ([`telemetry::observe`](crate::telemetry)'s
+//! the spans BoxOffice records ([`telemetry::Traced`](crate::telemetry::Traced)'s
 //! request span, the saga's step, the ticket worker's message) over
 //! OTLP/HTTP with protobuf, batched off the request path. The standard
 //! `OTEL_*` variables apply (`OTEL_EXPORTER_OTLP_HEADERS`,

@@ -17,9 +17,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -253,35 +252,21 @@ fn record_http(route: &str, status: StatusCode, seconds: f64) {
     });
 }
 
-/// The span, the trace context, the HTTP metrics. The request's span is a
-/// child of the caller's (`traceparent`), or a new trace's root; handlers find
-/// its [`TraceContext`] in the request's extensions and send it downstream as
-/// is, so the callee's span is a child of this one.
-pub async fn observe(request: Request, next: Next) -> Response {
-    observe_as(None, request, next).await
-}
-
-/// A service's name (`service.name`) as the state of [`traced`].
+/// The span, the trace context, the HTTP metrics, as a tower layer:
+/// `Router::layer(Traced(Some(NAME)))` (or `ServiceBuilder::layer`). The
+/// request's span is a child of the caller's (`traceparent`), or a new
+/// trace's root; handlers find its [`TraceContext`] in the request's
+/// extensions and send it downstream as is, so the callee's span is a child
+/// of this one. With a service's name (`service.name`) the span is also
+/// exported as that service's (see [`otlp`]); with `None`, logged and
+/// counted only.
+///
+/// A plain layer rather than `axum::middleware::from_fn`, which boxes the
+/// next service and every request's future and clones the next service for
+/// each request: the gateway's outermost layers, where every request of a
+/// crowd passes, are all plain layers.
 #[derive(Debug, Clone, Copy)]
-pub struct Service(pub &'static str);
-
-/// [`observe`], and the request's span exported as `service`'s (see
-/// [`otlp`]): `axum::middleware::from_fn_with_state(Service(NAME), traced)`.
-pub async fn traced(
-    State(Service(service)): State<Service>,
-    request: Request,
-    next: Next,
-) -> Response {
-    observe_as(Some(service), request, next).await
-}
-
-/// [`traced`] as a plain tower layer: `ServiceBuilder::layer(Traced(NAME))`.
-/// The same span, trace and metrics, without `from_fn`'s boxing of the next
-/// service and of every request's future, and its clone of the next
-/// service for each request: the gateway's outermost layer, where every
-/// request of a crowd passes.
-#[derive(Debug, Clone, Copy)]
-pub struct Traced(pub &'static str);
+pub struct Traced(pub Option<&'static str>);
 
 impl<S> tower::Layer<S> for Traced {
     type Service = TracedService<S>;
@@ -298,7 +283,7 @@ impl<S> tower::Layer<S> for Traced {
 #[derive(Debug, Clone)]
 pub struct TracedService<S> {
     inner: S,
-    service: &'static str,
+    service: Option<&'static str>,
 }
 
 impl<S> tower::Service<Request> for TracedService<S>
@@ -314,7 +299,7 @@ where
     }
 
     fn call(&mut self, mut request: Request) -> Self::Future {
-        let observation = Observation::begin(Some(self.service), &mut request);
+        let observation = Observation::begin(self.service, &mut request);
         // The layers below do their first part here, in `call`: in the
         // span too.
         let span = observation.span.clone();
@@ -347,12 +332,6 @@ where
         let observation = this.observation.take().expect("polled after it answered");
         Poll::Ready(Ok(observation.finish(response)))
     }
-}
-
-async fn observe_as(service: Option<&'static str>, mut request: Request, next: Next) -> Response {
-    let observation = Observation::begin(service, &mut request);
-    let response = next.run(request).instrument(observation.span.clone()).await;
-    observation.finish(response)
 }
 
 /// One request's telemetry, from when it comes to when it is answered.
@@ -522,7 +501,7 @@ mod tests {
                 Ok::<_, std::convert::Infallible>(Response::new(axum::body::Body::empty()))
             }
         });
-        let mut traced = tower::Layer::layer(&Traced("test"), inner);
+        let mut traced = tower::Layer::layer(&Traced(Some("test")), inner);
         let request = Request::get("/v1/x")
             .header("x-request-id", "req-7")
             .body(axum::body::Body::empty())

@@ -134,7 +134,7 @@ pub fn protect(
             inner,
             clients: clients.clone(),
         })
-        .layer(telemetry::Traced(crate::SERVICE))
+        .layer(telemetry::Traced(Some(crate::SERVICE)))
         .layer_fn(|inner| {
             let mut governor = Governor::new(inner, &per_ip).error_handler(rate_limited);
             governor.limiter = per_ip_limiter.clone();

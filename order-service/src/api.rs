@@ -61,10 +61,7 @@ pub fn router(state: AppState) -> Router {
     boxoffice_contract::problem::with_fallbacks(routes)
         .with_state(state)
         // The gateway's x-request-id and trace, on every log line of the request.
-        .layer(axum::middleware::from_fn_with_state(
-            boxoffice_contract::telemetry::Service(crate::SERVICE),
-            boxoffice_contract::telemetry::traced,
-        ))
+        .layer(boxoffice_contract::telemetry::Traced(Some(crate::SERVICE)))
 }
 
 impl From<StoreError> for Problem {

@@ -96,10 +96,7 @@ pub fn router(state: AppState) -> Router {
     let (routes, _) = routes(&state);
     boxoffice_contract::problem::with_fallbacks(routes)
         .with_state(state)
-        .layer(axum::middleware::from_fn_with_state(
-            boxoffice_contract::telemetry::Service(crate::SERVICE),
-            boxoffice_contract::telemetry::traced,
-        ))
+        .layer(boxoffice_contract::telemetry::Traced(Some(crate::SERVICE)))
 }
 
 async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {

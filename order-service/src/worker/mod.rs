@@ -86,9 +86,7 @@ pub fn health_router(pool: PgPool, broker: crate::health::BrokerProbe) -> axum::
                 }
             }),
         )
-        .layer(axum::middleware::from_fn(
-            boxoffice_contract::telemetry::observe,
-        ))
+        .layer(boxoffice_contract::telemetry::Traced(None))
 }
 
 /// What issuing tickets needs besides the database.
