@@ -46,7 +46,7 @@ impl PerFan {
 
     /// Takes one request from the fan's quota, or says how long to wait.
     pub fn check(&self, event_id: &str, fan_id: &str) -> Result<(), Problem> {
-        let key = format!("{event_id}\n{fan_id}");
+        let key = [event_id, "\n", fan_id].concat();
         self.limiter.check_key(&key).map_err(|not_until| {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             Problem::new(
