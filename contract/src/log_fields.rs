@@ -163,14 +163,34 @@ impl<'writer> FormatFields<'writer> for TextFields {
         if writer.has_ansi_escapes() {
             return DefaultFields::new().format_fields(writer, fields);
         }
-        let mut visitor = Text {
-            writer,
-            is_empty: true,
-            result: Ok(()),
-        };
-        fields.record(&mut visitor);
-        visitor.result
+        // Written whole into a buffer kept by the thread, then copied at
+        // once: a span's fields go into a new, empty string, which would
+        // otherwise grow (and move) several times a span.
+        SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut scratch) => {
+                scratch.clear();
+                let result = Text::record_all(Writer::new(&mut *scratch), fields);
+                let written = result.and_then(|()| {
+                    let mut writer = writer;
+                    writer.write_str(&scratch)
+                });
+                if scratch.capacity() > SCRATCH_KEPT {
+                    *scratch = String::new();
+                }
+                written
+            }
+            // In use further up this thread's stack (tracing does not
+            // dispatch while it dispatches, so only defensively): in place.
+            Err(_) => Text::record_all(writer, fields),
+        })
     }
+}
+
+/// Larger buffers are dropped after use, not kept by the thread.
+const SCRATCH_KEPT: usize = 4096;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 /// Writes each field as `name=value`, space-separated.
@@ -180,7 +200,17 @@ struct Text<'a> {
     result: fmt::Result,
 }
 
-impl Text<'_> {
+impl<'a> Text<'a> {
+    fn record_all<R: RecordFields>(writer: Writer<'a>, fields: R) -> fmt::Result {
+        let mut visitor = Text {
+            writer,
+            is_empty: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+
     /// The default formatter's way, for what it writes differently.
     fn by_default(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
         if self.result.is_err() {
@@ -202,12 +232,14 @@ impl Visit for Text<'_> {
         if self.result.is_err() || name.starts_with("log.") {
             return;
         }
-        let space = if std::mem::take(&mut self.is_empty) {
-            ""
-        } else {
-            " "
-        };
-        self.result = write!(self.writer, "{space}{name}={value:?}");
+        if !std::mem::take(&mut self.is_empty) {
+            self.result = self.writer.write_char(' ');
+        }
+        self.result = self
+            .result
+            .and_then(|()| self.writer.write_str(name))
+            .and_then(|()| self.writer.write_char('='))
+            .and_then(|()| write!(self.writer, "{value:?}"));
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
@@ -355,6 +387,14 @@ pub(crate) mod tests {
     where
         F: for<'w> FormatFields<'w> + Send + Sync + 'static,
     {
+        text_lines_of(fields, ansi, emit_all_kinds)
+    }
+
+    /// The plain-text lines of `emit` with field formatter `fields`.
+    fn text_lines_of<F>(fields: F, ansi: bool, emit: impl Fn()) -> String
+    where
+        F: for<'w> FormatFields<'w> + Send + Sync + 'static,
+    {
         let sink = Sink::default();
         let writer = sink.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -363,9 +403,31 @@ pub(crate) mod tests {
             .fmt_fields(fields)
             .with_writer(move || writer.clone())
             .finish();
-        tracing::subscriber::with_default(subscriber, emit_all_kinds);
+        tracing::subscriber::with_default(subscriber, emit);
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         text
+    }
+
+    /// The fields are written through a buffer the thread keeps: fields
+    /// longer than the buffer kept are written whole all the same, and the
+    /// next line's are not mixed with them.
+    #[test]
+    fn long_text_fields_are_written_whole() {
+        let long = "long ".repeat(2 * SCRATCH_KEPT);
+        let emit = || {
+            let span = tracing::info_span!("outer", first = 1, long = %long);
+            let _span = span.enter();
+            tracing::info!(after = %long, "inside");
+            tracing::info!(short = 2, "inside again");
+        };
+        let ours = text_lines_of(TextFields, false, emit);
+        assert_eq!(ours, text_lines_of(DefaultFields::new(), false, emit));
+        assert!(
+            ours.contains(&format!("outer{{first=1 long={long}}}")),
+            "{ours}"
+        );
+        assert!(ours.contains(&format!("inside after={long}")), "{ours}");
+        assert!(ours.contains("inside again short=2"), "{ours}");
     }
 
     #[test]
