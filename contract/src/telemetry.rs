@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::{HeaderValue, Method, StatusCode};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -220,35 +220,48 @@ where
     }
 }
 
+/// The response's `traceparent` name, made once (a `&'static str` is parsed
+/// again on each insert).
+const TRACEPARENT_HEADER: HeaderName = HeaderName::from_static(TRACEPARENT);
+
 /// Counts and times one answer. Looking a series up in the registry (a key
 /// built from owned label strings, hashed) costs more than updating it, so
-/// each thread keeps the handles it has used, by route and status.
+/// each thread keeps the handles it has used: by route, in a map hashed with
+/// `foldhash` (the routes are the router's own paths, not a client's
+/// strings), and by status in a short list (a route answers with a few).
 fn record_http(route: &str, status: StatusCode, seconds: f64) {
-    type Handles = HashMap<String, (Histogram, HashMap<u16, Counter>)>;
+    type Handles =
+        HashMap<String, (Histogram, Vec<(StatusCode, Counter)>), foldhash::fast::RandomState>;
     thread_local! {
         static HANDLES: RefCell<Handles> = RefCell::default();
     }
     HANDLES.with(|handles| {
         let mut handles = handles.borrow_mut();
-        if !handles.contains_key(route) {
-            let histogram = metrics::histogram!(
-                "boxoffice_http_request_duration_seconds",
-                "route" => route.to_owned()
-            );
-            handles.insert(route.to_owned(), (histogram, HashMap::new()));
-        }
-        let (histogram, counters) = handles.get_mut(route).expect("inserted above");
+        let (histogram, counters) = match handles.get_mut(route) {
+            Some(handles) => handles,
+            None => {
+                let histogram = metrics::histogram!(
+                    "boxoffice_http_request_duration_seconds",
+                    "route" => route.to_owned()
+                );
+                handles
+                    .entry(route.to_owned())
+                    .or_insert((histogram, Vec::new()))
+            }
+        };
         histogram.record(seconds);
-        counters
-            .entry(status.as_u16())
-            .or_insert_with(|| {
-                metrics::counter!(
+        match counters.iter().find(|(answered, _)| *answered == status) {
+            Some((_, counter)) => counter.increment(1),
+            None => {
+                let counter = metrics::counter!(
                     "boxoffice_http_requests_total",
                     "route" => route.to_owned(),
                     "status" => status.as_str().to_owned()
-                )
-            })
-            .increment(1);
+                );
+                counter.increment(1);
+                counters.push((status, counter));
+            }
+        }
     });
 }
 
@@ -458,7 +471,7 @@ impl Observation {
             }
         }
         if let Ok(value) = HeaderValue::from_bytes(&cx.to_header_bytes()) {
-            response.headers_mut().insert(TRACEPARENT, value);
+            response.headers_mut().insert(TRACEPARENT_HEADER, value);
         }
         response
     }
@@ -470,6 +483,35 @@ mod tests {
 
     use super::*;
     use crate::log_fields::tests::Sink;
+
+    /// Each answer is counted under its own route and status, and timed
+    /// under its route, with the handles the thread keeps.
+    #[test]
+    fn answers_are_counted_by_route_and_status() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            for (route, status) in [
+                ("/a", StatusCode::OK),
+                ("/a", StatusCode::TOO_MANY_REQUESTS),
+                ("/a", StatusCode::OK),
+                ("/b", StatusCode::OK),
+                ("/a", StatusCode::OK),
+            ] {
+                record_http(route, status, 0.001);
+            }
+        });
+        let text = handle.render();
+        for line in [
+            r#"boxoffice_http_requests_total{route="/a",status="200"} 3"#,
+            r#"boxoffice_http_requests_total{route="/a",status="429"} 1"#,
+            r#"boxoffice_http_requests_total{route="/b",status="200"} 1"#,
+            r#"boxoffice_http_request_duration_seconds_count{route="/a"} 4"#,
+            r#"boxoffice_http_request_duration_seconds_count{route="/b"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
 
     /// The messages logged by `emit` under `directives`.
     fn logged(directives: &str, emit: impl FnOnce()) -> String {
