@@ -312,10 +312,10 @@ where
     }
 
     fn call(&mut self, mut request: Request) -> Self::Future {
-        let observation = Observation::begin(self.service, &mut request);
+        let (observation, span) = Observation::begin(self.service, &mut request);
         // The layers below do their first part here, in `call`: in the
-        // span too.
-        let span = observation.span.clone();
+        // span too. The span then goes with the answer's future (one
+        // reference to it, not a second one in the observation).
         let future = span.in_scope(|| self.inner.call(request));
         Observed {
             future: future.instrument(span),
@@ -340,17 +340,16 @@ where
     type Output = Result<Response, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let response = std::task::ready!(this.future.poll(cx))?;
+        let mut this = self.project();
+        let response = std::task::ready!(this.future.as_mut().poll(cx))?;
         let observation = this.observation.take().expect("polled after it answered");
-        Poll::Ready(Ok(observation.finish(response)))
+        Poll::Ready(Ok(observation.finish(this.future.span(), response)))
     }
 }
 
 /// One request's telemetry, from when it comes to when it is answered.
 struct Observation {
     started: Instant,
-    span: tracing::Span,
     cx: TraceContext,
     matched: Option<MatchedPath>,
     exported: otlp::Span,
@@ -360,8 +359,9 @@ struct Observation {
 
 impl Observation {
     /// The request's span and trace context (put in its extensions), and
-    /// its exported span if `service` exports them.
-    fn begin(service: Option<&'static str>, request: &mut Request) -> Self {
+    /// its exported span if `service` exports them; with the request's
+    /// (logged) span.
+    fn begin(service: Option<&'static str>, request: &mut Request) -> (Self, tracing::Span) {
         let started = Instant::now();
         let (cx, parent) = TraceContext::span_under(
             request
@@ -420,22 +420,21 @@ impl Observation {
             ));
             exported.set_attribute(KeyValue::new("url.path", request.uri().path().to_owned()));
         }
-        Self {
+        let observation = Self {
             started,
-            span,
             cx,
             matched,
             exported,
             method,
-        }
+        };
+        (observation, span)
     }
 
     /// Counts and times the answer, ends the exported span and sends the
     /// trace context back with the answer.
-    fn finish(self, mut response: Response) -> Response {
+    fn finish(self, span: &tracing::Span, mut response: Response) -> Response {
         let Self {
             started,
-            span,
             cx,
             matched,
             mut exported,
@@ -531,16 +530,21 @@ mod tests {
     }
 
     /// What the layers below do in `call`, before their future is polled,
-    /// is logged in the request's span, as with `from_fn`; and the answer
-    /// carries the trace context.
+    /// is logged in the request's span, as with `from_fn`, and so is a
+    /// server error; and the answer carries the trace context.
     #[tokio::test]
     async fn the_traced_layer_logs_in_the_requests_span() {
         use tower::{Service, ServiceExt};
-        let inner = tower::service_fn(|_: Request| {
+        let inner = tower::service_fn(|request: Request| {
             tracing::info!("called");
-            async {
+            let broken = request.uri().path() == "/v1/broken";
+            async move {
                 tracing::info!("answering");
-                Ok::<_, std::convert::Infallible>(Response::new(axum::body::Body::empty()))
+                let mut response = Response::new(axum::body::Body::empty());
+                if broken {
+                    *response.status_mut() = StatusCode::BAD_GATEWAY;
+                }
+                Ok::<_, std::convert::Infallible>(response)
             }
         });
         let mut traced = tower::Layer::layer(&Traced(Some("test")), inner);
@@ -568,6 +572,23 @@ mod tests {
                 "{line}"
             );
         }
+        assert!(!text.contains("server error"), "{text}");
+        let broken = Request::get("/v1/broken")
+            .header("x-request-id", "req-8")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = traced.ready().await.unwrap().call(broken).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.contains("answered with a server error"))
+            .unwrap_or_else(|| panic!("no server error line: {text}"));
+        assert!(
+            line.contains("request{method=GET path=/v1/broken request_id=req-8 ")
+                && line.contains("status=502"),
+            "{line}"
+        );
     }
 
     #[test]
