@@ -345,7 +345,7 @@ async fn join(
     };
     let sample = prequeue_score.is_empty() && state.events.take_sample(&event_id, now);
     let mut redis = state.redis.clone();
-    let (outcome, a, b): (String, i64, i64) = state
+    let reply: String = state
         .scripts
         .join
         .key(keys.queue())
@@ -360,7 +360,8 @@ async fn join(
         .invoke_async(&mut redis)
         .await
         .map_err(redis_down)?;
-    let (status, position) = match outcome.as_str() {
+    let (outcome, a, b) = join_outcome(&reply);
+    let (status, position) = match outcome {
         "waiting" if b == 0 => (StatusCode::CREATED, a),
         "waiting" => (StatusCode::OK, a),
         "admitted" => (StatusCode::OK, 0),
@@ -414,6 +415,19 @@ async fn join(
         body.to_json(),
     )
         .into_response())
+}
+
+/// The join script's answer, `OUTCOME A B`; an outcome of its own (refused
+/// as unexpected) if it is not of that form.
+fn join_outcome(reply: &str) -> (&str, i64, i64) {
+    let mut parts = reply.split(' ');
+    let parsed = (|| {
+        let outcome = parts.next()?;
+        let a = parts.next()?.parse().ok()?;
+        let b = parts.next()?.parse().ok()?;
+        parts.next().is_none().then_some((outcome, a, b))
+    })();
+    parsed.unwrap_or((reply, 0, 0))
 }
 
 impl Joined {
@@ -576,6 +590,25 @@ async fn status(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_join_scripts_answer_is_read_whole_or_not_at_all() {
+        assert_eq!(join_outcome("waiting 5 1"), ("waiting", 5, 1));
+        assert_eq!(
+            join_outcome("admitted 1764676800000 1"),
+            ("admitted", 1_764_676_800_000, 1)
+        );
+        assert_eq!(join_outcome("room-full 0 0"), ("room-full", 0, 0));
+        for malformed in [
+            "waiting 5",
+            "waiting 5 0 1",
+            "waiting five 0",
+            "",
+            "waiting  5 0",
+        ] {
+            assert_eq!(join_outcome(malformed), (malformed, 0, 0));
+        }
+    }
 
     /// The join's answer written by hand is what `serde_json` writes, for
     /// a real ticket and for a "ticket" JSON would escape.
