@@ -25,12 +25,40 @@ pub const MIN_SECRET_BYTES: usize = 32;
 
 /// The token of an `Authorization: Bearer …` header (the scheme is case-insensitive, RFC 9110).
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    bearer_of(headers.get(header::AUTHORIZATION)?)
+}
+
+/// The token of an `Authorization` header's value, if it is `Bearer …`.
+pub fn bearer_of(authorization: &HeaderValue) -> Option<&str> {
+    let value = authorization.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim())
         .filter(|t| !t.is_empty())
+}
+
+/// A request's `Authorization` header alone, as an extractor: axum's
+/// `HeaderMap` extractor copies every header of the request.
+#[derive(Debug, Clone, Default)]
+pub struct Authorization(pub Option<HeaderValue>);
+
+impl Authorization {
+    /// Its bearer token, as [`bearer`].
+    pub fn bearer(&self) -> Option<&str> {
+        self.0.as_ref().and_then(bearer_of)
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Authorization {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self(parts.headers.get(header::AUTHORIZATION).cloned()))
+    }
 }
 
 /// Compares in time independent of where the first difference is.
@@ -237,6 +265,30 @@ mod tests {
         ] {
             headers.insert(header::AUTHORIZATION, value.parse().unwrap());
             assert_eq!(bearer(&headers), token, "{value}");
+        }
+    }
+
+    /// The extractor takes the `Authorization` header and only it.
+    #[tokio::test]
+    async fn the_authorization_extractor_finds_the_same_token() {
+        use axum::extract::FromRequestParts;
+        for (headers, token) in [
+            (
+                vec![("authorization", "Bearer abc"), ("x-other", "Bearer no")],
+                Some("abc"),
+            ),
+            (vec![("x-other", "Bearer no")], None),
+            (vec![("authorization", "Basic abc")], None),
+        ] {
+            let mut request = axum::http::Request::get("/");
+            for (name, value) in &headers {
+                request = request.header(*name, *value);
+            }
+            let (mut parts, ()) = request.body(()).unwrap().into_parts();
+            let found = Authorization::from_request_parts(&mut parts, &())
+                .await
+                .unwrap();
+            assert_eq!(found.bearer(), token, "{headers:?}");
         }
     }
 

@@ -8,8 +8,9 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use boxoffice_contract::auth::Authorization;
 use boxoffice_contract::event::{now_ms, prequeue_score, Identity};
 use boxoffice_contract::extract::{Json, Path};
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
@@ -23,7 +24,7 @@ use utoipa_axum::routes;
 
 use crate::cache::EdgeEvent;
 use crate::events::unknown_event;
-use crate::{bearer, pow, redis_down, AppState};
+use crate::{pow, redis_down, AppState};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -93,7 +94,7 @@ fn fan_of(
     event_id: &str,
     identity: Identity,
     request: &JoinRequest,
-    headers: &HeaderMap,
+    authorization: &Authorization,
 ) -> Result<String, Problem> {
     match identity {
         Identity::Declared => match &request.fan_id {
@@ -106,7 +107,7 @@ fn fan_of(
                     "to keep your place, join again with your queue ticket as Authorization: Bearer",
                 ));
             }
-            match bearer(headers) {
+            match authorization.bearer() {
                 // A repeat join: the place belongs to whoever holds its ticket.
                 Some(ticket) => state
                     .keys
@@ -255,7 +256,7 @@ fn malformed_fan_id(request: &JoinRequest) -> bool {
 async fn join(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
-    headers: HeaderMap,
+    authorization: Authorization,
     Json(request): Json<JoinRequest>,
 ) -> Result<Response, Problem> {
     let keys = event_keys(&state, &event_id)?;
@@ -265,7 +266,7 @@ async fn join(
     }
     let event = edge_event(&state, &keys, &event_id).await?;
     let config = &event.config;
-    let fan_id = fan_of(&state, &event_id, config.identity, &request, &headers)?;
+    let fan_id = fan_of(&state, &event_id, config.identity, &request, &authorization)?;
     state.per_fan.check(&event_id, &fan_id)?;
     let now = now_ms();
     if config.closed {
@@ -289,7 +290,8 @@ async fn join(
         .retry_after(wait_s));
     }
     // A repeat anonymous join (with its ticket) already paid for its place.
-    let repeat_anonymous = config.identity == Identity::Anonymous && bearer(&headers).is_some();
+    let repeat_anonymous =
+        config.identity == Identity::Anonymous && authorization.bearer().is_some();
     if config.pow_bits > 0 && !repeat_anonymous {
         let Some(solution) = &request.pow else {
             return Err(Problem::new(
@@ -504,10 +506,10 @@ pub enum QueueStatus {
 async fn status(
     State(state): State<AppState>,
     Path(event_id): Path<String>,
-    headers: HeaderMap,
+    authorization: Authorization,
 ) -> Result<Response, Problem> {
     let keys = event_keys(&state, &event_id)?;
-    let ticket = bearer(&headers).ok_or_else(|| {
+    let ticket = authorization.bearer().ok_or_else(|| {
         Problem::unauthorized(
             "invalid-ticket",
             "send Authorization: Bearer <queue_ticket>",
