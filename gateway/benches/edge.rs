@@ -16,7 +16,8 @@
 //!   each request's scheduled start, so a stall counts for every request it
 //!   delays): this bench binary again, as a second process, at
 //!   `BENCH_RATE_SHARE` (default 0.5) of the gateway's saturated rate, the
-//!   same rate for the baseline; p50, p99, p99.9.
+//!   same rate for the baseline and the routes without the layers; p50, p99,
+//!   p99.9.
 //!
 //! The A/B: the same routes served without the protective layers (the per-fan
 //! limit stays: it is in the handlers).
@@ -604,6 +605,7 @@ async fn bench() {
                     rate,
                     open_model(&baseline_url, kind, &tokens, rate),
                     open_model(&gateway_url, kind, &tokens, rate),
+                    open_model(&bare_gateway_url, kind, &tokens, rate),
                 ));
                 saturated.push((kind, base, ours, bare));
             }
@@ -703,9 +705,13 @@ async fn bench() {
         "{:<44} {:>9} {:>8} {:>8} {:>8} {:>8} {:>13}",
         "endpoint", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "non-2xx", "p99 vs base"
     );
-    for (kind, _, base, ours) in &fixed {
+    for (kind, _, base, ours, bare) in &fixed {
         let (baseline, name) = kind.labels();
-        for (label, run) in [(baseline, base), (name, ours)] {
+        for (label, run) in [
+            (baseline, base),
+            (name, ours),
+            ("  the same without the protective layers", bare),
+        ] {
             println!(
                 "{label:<44} {:>9.0} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>12.2}x",
                 run.requests_per_s,
