@@ -28,7 +28,7 @@ mkdir -p "$WORK"
 mkdir -p "$OUT"
 
 cargo bench --locked -p gateway --bench edge --no-run 2>/dev/null
-BENCH_SECONDS=20 BENCH_FANS=10000 cargo bench --locked -p gateway --bench edge \
+BENCH_ROUNDS=1 BENCH_SECONDS=20 BENCH_FANS=10000 cargo bench --locked -p gateway --bench edge \
   >"$WORK/bench.out" 2>"$WORK/bench.err" &
 BENCH_PID=$!
 for phase in "${PHASES[@]}"; do

@@ -11,7 +11,11 @@
 //!
 //! - saturation: `wrk -t1 -c64` for `BENCH_SECONDS`, req/s and p99, and the
 //!   CPU each request cost the server, Redis, wrk and the rest of the machine
-//!   (from `/proc`; time stolen by the hypervisor shown apart);
+//!   (from `/proc`; time stolen by the hypervisor shown apart). On two cores
+//!   shared by wrk, Redis and the servers, one run's ratio moves by ten
+//!   points from run to run, so the measure is taken `BENCH_ROUNDS` times
+//!   (baseline, gateway, without layers, back to back each round) and the
+//!   report gives the median of each figure, and each round's ratio;
 //! - a fixed offered rate below saturation (open model, latency measured from
 //!   each request's scheduled start, so a stall counts for every request it
 //!   delays): this bench binary again, as a second process, at
@@ -20,13 +24,16 @@
 //!   p99.9.
 //!
 //! The A/B: the same routes served without the protective layers (the per-fan
-//! limit stays: it is in the handlers).
+//! limit stays: it is in the handlers). The join has a second baseline: a
+//! bare handler doing the join's own one round trip, the join script
+//! (`common::script_baseline`), which parts the gateway's cost from the
+//! script's Redis work.
 //!
 //! `cargo bench -p gateway --bench edge` (needs `wrk` and the local Redis).
 //! The gateway's telemetry is on as deployed (metrics recorder, request
 //! spans at `info`).
 //!
-//! Knobs: BENCH_SECONDS (default 8), BENCH_CONNECTIONS (64), BENCH_FANS
+//! Knobs: BENCH_SECONDS (default 8), BENCH_ROUNDS (3), BENCH_CONNECTIONS (64), BENCH_FANS
 //! (1000000, for the memory figure), BENCH_RATE_SHARE (0.5), BENCH_LOG (the
 //! log filter, `info`), BENCH_LOG_JSON (`true` for the JSON lines of k8s/;
 //! default `false`, the plain text of compose).
@@ -61,6 +68,7 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 const POLLERS: usize = 50_000;
 
 /// Requests sent by one measure, and what came back.
+#[derive(Clone, Copy)]
 struct Run {
     requests_per_s: f64,
     p50_ms: f64,
@@ -69,6 +77,29 @@ struct Run {
     non_2xx: u64,
     /// CPU spent per request (wrk runs only).
     cpu: Option<CpuPerRequest>,
+}
+
+/// One round of the saturation measure: each server under the same load,
+/// back to back.
+struct Round {
+    base: Run,
+    ours: Run,
+    bare: Run,
+    /// The join's second baseline ([`SCRIPT_BASELINE`]).
+    script_base: Option<Run>,
+}
+
+const SCRIPT_BASELINE: &str = "baseline: axum + the join script (EVALSHA)";
+
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 /// CPU time so far, in seconds: this process (the servers under test), its
@@ -549,6 +580,7 @@ async fn bench() {
         format!("{prefix}:bare-joins"),
     ))
     .await;
+    let script_baseline_url = serve(common::script_baseline(redis.clone(), &prefix)).await;
 
     // The gateway with its default limits, behind a trusted proxy that
     // names each request's client.
@@ -579,6 +611,7 @@ async fn bench() {
 
     tokio::time::sleep(Duration::from_millis(200)).await;
     let share: f64 = env_or("BENCH_RATE_SHARE", 0.5);
+    let rounds: usize = env_or("BENCH_ROUNDS", 3).max(1);
     let (saturated, fixed) = tokio::task::spawn_blocking({
         let (tokens, scripts) = (tokens.clone(), scripts.clone());
         let (gateway_url, baseline_url) = (gateway_url.clone(), baseline_url.clone());
@@ -592,14 +625,28 @@ async fn bench() {
                 } else {
                     "join"
                 };
-                eprintln!("phase {name}-baseline");
-                let base = wrk(&baseline_url, kind, script, redis_pid);
-                eprintln!("phase {name}-gateway");
-                let ours = wrk(&gateway_url, kind, script, redis_pid);
-                eprintln!("phase {name}-bare");
-                let bare = wrk(&bare_gateway_url, kind, script, redis_pid);
+                let measured: Vec<Round> = (0..rounds)
+                    .map(|_| {
+                        eprintln!("phase {name}-baseline");
+                        let base = wrk(&baseline_url, kind, script, redis_pid);
+                        eprintln!("phase {name}-gateway");
+                        let ours = wrk(&gateway_url, kind, script, redis_pid);
+                        eprintln!("phase {name}-bare");
+                        let bare = wrk(&bare_gateway_url, kind, script, redis_pid);
+                        let script_base = (kind == Kind::Join).then(|| {
+                            eprintln!("phase join-script-baseline");
+                            wrk(&script_baseline_url, kind, script, redis_pid)
+                        });
+                        Round {
+                            base,
+                            ours,
+                            bare,
+                            script_base,
+                        }
+                    })
+                    .collect();
                 eprintln!("phase {name}-fixed-rate");
-                let rate = (share * ours.requests_per_s).round();
+                let rate = (share * median(measured.iter().map(|r| r.ours.requests_per_s))).round();
                 fixed.push((
                     kind,
                     rate,
@@ -607,7 +654,7 @@ async fn bench() {
                     open_model(&gateway_url, kind, &tokens, rate),
                     open_model(&bare_gateway_url, kind, &tokens, rate),
                 ));
-                saturated.push((kind, base, ours, bare));
+                saturated.push((kind, measured));
             }
             (saturated, fixed)
         }
@@ -638,64 +685,102 @@ async fn bench() {
     let connections: u64 = env_or("BENCH_CONNECTIONS", 64);
     let seconds: u64 = env_or("BENCH_SECONDS", 8);
     println!(
-        "\nedge at saturation (wrk -t1 -c{connections} -d{seconds}s; default limits, \
-         each request from another 127.0.0.0/8 address behind a trusted proxy, \
-         status polls spread over {POLLERS} fans)"
+        "\nedge at saturation (wrk -t1 -c{connections} -d{seconds}s, {rounds} rounds of baseline, gateway \
+         and without layers back to back; default limits, each request from another 127.0.0.0/8 \
+         address behind a trusted proxy, status polls spread over {POLLERS} fans). Each figure is \
+         the median over the rounds; in brackets, each round's ratio"
     );
     println!(
-        "{:<44} {:>9} {:>8} {:>8} {:>8} {:>13}",
-        "endpoint", "req/s", "p50 ms", "p99 ms", "non-2xx", "vs baseline"
+        "{:<44} {:>9} {:>8} {:>8} {:>8}   vs baseline",
+        "endpoint", "req/s", "p50 ms", "p99 ms", "non-2xx"
     );
-    let row = |name: &str, run: &Run, base: &Run| {
-        println!(
-            "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8} {:>12.0}%",
-            run.requests_per_s,
-            run.p50_ms,
-            run.p99_ms,
-            run.non_2xx,
-            100.0 * run.requests_per_s / base.requests_per_s
-        )
-    };
-    for (kind, base, ours, bare) in &saturated {
+    // `pick` chooses a run of each round; `against` the run it is compared with.
+    let row =
+        |name: &str, rounds: &[Round], pick: fn(&Round) -> Run, against: fn(&Round) -> Run| {
+            let runs: Vec<Run> = rounds.iter().map(pick).collect();
+            let ratios: Vec<f64> = rounds
+                .iter()
+                .map(|r| 100.0 * pick(r).requests_per_s / against(r).requests_per_s)
+                .collect();
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.0}")).collect();
+            println!(
+                "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8}   {:.0}% ({})",
+                median(runs.iter().map(|r| r.requests_per_s)),
+                median(runs.iter().map(|r| r.p50_ms)),
+                median(runs.iter().map(|r| r.p99_ms)),
+                runs.iter().map(|r| r.non_2xx).max().unwrap_or(0),
+                median(ratios.iter().copied()),
+                each.join(" ")
+            )
+        };
+    let base = |r: &Round| r.base;
+    let ours = |r: &Round| r.ours;
+    let bare = |r: &Round| r.bare;
+    let script_base = |r: &Round| r.script_base.expect("the join's rounds have it");
+    for (kind, rounds) in &saturated {
         let (baseline, name) = kind.labels();
-        row(baseline, base, base);
-        row(name, ours, base);
-        row("  the same without the protective layers", bare, base);
-        if *kind == Kind::Status {
-            row("  the same with OTLP span export on", &traced, base);
+        row(baseline, rounds, base, base);
+        row(name, rounds, ours, base);
+        row(
+            "  the same without the protective layers",
+            rounds,
+            bare,
+            base,
+        );
+        if *kind == Kind::Join {
+            row(SCRIPT_BASELINE, rounds, script_base, base);
+            row(
+                "POST /v1/events/{id}/queue, vs the script",
+                rounds,
+                ours,
+                script_base,
+            );
+            row(
+                "  the same without the protective layers",
+                rounds,
+                bare,
+                script_base,
+            );
         }
     }
+    let status_ours = median(saturated[0].1.iter().map(|r| r.ours.requests_per_s));
     println!(
-        "OTLP span export on costs the status poll {:.0}% of its throughput",
-        100.0 * (1.0 - traced.requests_per_s / saturated[0].2.requests_per_s)
+        "with OTLP span export on, the status poll served {:.0} req/s: {:.0}% less than the rounds' median",
+        traced.requests_per_s,
+        100.0 * (1.0 - traced.requests_per_s / status_ours)
     );
     println!(
-        "\nCPU per request at saturation, µs (server: the process under test; other: the rest of the machine, kernel threads included; \
+        "\nCPU per request at saturation, µs, median over the rounds (server: the process under test; other: the rest of the machine, kernel threads included; \
          stolen: time the hypervisor gave to other guests, not in the total)"
     );
     println!(
         "{:<44} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>8}",
         "endpoint", "server", "Redis", "wrk", "other", "total", "vs baseline", "stolen"
     );
-    let total = |c: &CpuPerRequest| c.server + c.redis + c.wrk + c.other;
-    let cpu_row = |name: &str, run: &Run, base: &Run| {
-        let (c, b) = (run.cpu.unwrap(), base.cpu.unwrap());
+    let cpu_row = |name: &str, rounds: &[Round], pick: fn(&Round) -> Run| {
+        let cpu: Vec<CpuPerRequest> = rounds.iter().map(|r| pick(r).cpu.unwrap()).collect();
+        let of = |f: fn(&CpuPerRequest) -> f64| median(cpu.iter().map(f));
+        let total = |c: &CpuPerRequest| c.server + c.redis + c.wrk + c.other;
+        let base_total = median(rounds.iter().map(|r| total(&r.base.cpu.unwrap())));
         println!(
             "{name:<44} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>12.2}x {:>8.1}",
-            c.server,
-            c.redis,
-            c.wrk,
-            c.other,
-            total(&c),
-            total(&c) / total(&b),
-            c.stolen
+            of(|c| c.server),
+            of(|c| c.redis),
+            of(|c| c.wrk),
+            of(|c| c.other),
+            of(total),
+            of(total) / base_total,
+            of(|c| c.stolen)
         )
     };
-    for (kind, base, ours, bare) in &saturated {
+    for (kind, rounds) in &saturated {
         let (baseline, name) = kind.labels();
-        cpu_row(baseline, base, base);
-        cpu_row(name, ours, base);
-        cpu_row("  the same without the protective layers", bare, base);
+        cpu_row(baseline, rounds, base);
+        cpu_row(name, rounds, ours);
+        cpu_row("  the same without the protective layers", rounds, bare);
+        if *kind == Kind::Join {
+            cpu_row(SCRIPT_BASELINE, rounds, script_base);
+        }
     }
     println!(
         "\nedge at a fixed rate ({:.0}% of the endpoint's saturated rate, open model, {connections} connections, {seconds} s)",

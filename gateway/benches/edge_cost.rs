@@ -12,8 +12,9 @@
 //! over, one at a time on a single-threaded runtime. `BENCH_SERVE` picks it:
 //! `gateway` (default: the protective layers with their default limits,
 //! `gateway::app`), `bare` (the same routes without them, `gateway::router`)
-//! or `baseline` (the edge benchmark's bare axum handler doing one ZRANK or
-//! one ZADD). Each request comes from another client address behind a
+//! `baseline` (the edge benchmark's bare axum handler doing one ZRANK or
+//! one ZADD) or, for the join, `script-baseline` (a bare handler doing the
+//! join script, the join's own one round trip). Each request comes from another client address behind a
 //! trusted proxy; status polls carry another fan's ticket each, joins name a
 //! new fan each, so the limits see a crowd.
 //!
@@ -108,7 +109,8 @@ async fn run() {
             keys.queue(),
             format!("{prefix}:bare-joins"),
         )),
-        other => panic!("BENCH_SERVE={other}: gateway, bare or baseline"),
+        "script-baseline" => Either::Right(common::script_baseline(redis.clone(), &prefix)),
+        other => panic!("BENCH_SERVE={other}: gateway, bare, baseline or script-baseline"),
     };
     let proxy = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
     let mut answered = [0usize; 6];

@@ -102,3 +102,41 @@ pub fn baselines(redis: ConnectionManager, queue: String, bare: String) -> Route
         )
         .with_state((redis, queue, bare))
 }
+
+/// The same one round trip as the gateway's join, and nothing else: the
+/// join script (one EVALSHA) for the fan named in the body, on an event of
+/// its own under `prefix`. Against it, the join's ratio is the gateway's own
+/// cost around the Redis work the join must do; against [`baselines`]' ZADD,
+/// it is that cost and the script's.
+pub fn script_baseline(redis: ConnectionManager, prefix: &str) -> Router {
+    let keys = EventKeys::new(prefix, "script-baseline");
+    let script = std::sync::Arc::new(redis::Script::new(include_str!("../../src/join.lua")));
+    Router::new()
+        .route(
+            "/v1/events/ev/queue",
+            post(
+                |State((mut redis, keys, script)): State<(
+                    ConnectionManager,
+                    EventKeys,
+                    std::sync::Arc<redis::Script>,
+                )>,
+                 Json(fan): Json<Fan>| async move {
+                    let reply: String = script
+                        .key(keys.queue())
+                        .key(keys.seq())
+                        .key(keys.active())
+                        .key(keys.joins())
+                        .arg(&fan.fan_id)
+                        .arg(now_ms())
+                        .arg(100_000_000u64)
+                        .arg("")
+                        .arg("0")
+                        .invoke_async(&mut redis)
+                        .await
+                        .unwrap_or_default();
+                    Json(serde_json::json!({ "reply": reply }))
+                },
+            ),
+        )
+        .with_state((redis, keys, script))
+}
