@@ -744,10 +744,12 @@ async fn bench() {
         }
     }
     let status_ours = median(saturated[0].1.iter().map(|r| r.ours.requests_per_s));
+    let change = 100.0 * (traced.requests_per_s / status_ours - 1.0);
     println!(
-        "with OTLP span export on, the status poll served {:.0} req/s: {:.0}% less than the rounds' median",
+        "with OTLP span export on, the status poll served {:.0} req/s: {:.0}% {} than the rounds' median",
         traced.requests_per_s,
-        100.0 * (1.0 - traced.requests_per_s / status_ours)
+        change.abs(),
+        if change < 0.0 { "less" } else { "more" }
     );
     println!(
         "\nCPU per request at saturation, µs, median over the rounds (server: the process under test; other: the rest of the machine, kernel threads included; \
