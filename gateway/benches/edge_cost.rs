@@ -113,10 +113,16 @@ async fn run() {
         other => panic!("BENCH_SERVE={other}: gateway, bare, baseline or script-baseline"),
     };
     let proxy = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
+    // One keep-alive connection from the proxy: `gateway::serve` gives each
+    // request its connection's clock, as it does its peer.
+    let clock = (serve == "gateway").then(gateway::timeouts::Clock::new);
     let mut answered = [0usize; 6];
     measuring_starts();
     for mut request in batch {
         request.extensions_mut().insert(proxy);
+        if let Some(clock) = &clock {
+            request.extensions_mut().insert(clock.clone());
+        }
         let response = app.clone().oneshot(request).await.unwrap();
         let status = response.status().as_u16();
         // The body is read, as hyper would to send it.
