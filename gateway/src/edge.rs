@@ -47,35 +47,6 @@ use crate::client_ip::{Client, ClientIp};
 use crate::timeouts::{self, Deadline};
 use crate::Config;
 
-/// Every minute, drops the per-IP state of addresses that are back to a full
-/// quota (a spike's millions of addresses must not stay in memory); stops
-/// when the limiter is gone.
-fn forget_idle<K, C, M>(
-    limiter: std::sync::Weak<
-        governor::RateLimiter<K, governor::state::keyed::DashMapStateStore<K>, C, M>,
-    >,
-) where
-    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
-    C: governor::clock::Clock + Send + Sync + 'static,
-    M: governor::middleware::RateLimitingMiddleware<C::Instant> + Send + Sync + 'static,
-{
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            let Some(limiter) = limiter.upgrade() else {
-                return;
-            };
-            limiter.retain_recent();
-            limiter.shrink_to_fit();
-        }
-    });
-}
-
 /// What orchestrators and Prometheus call: never limited, shed or counted.
 const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
@@ -115,7 +86,7 @@ pub fn protect(
             crate::per_fan::keyed_state(),
             governor::clock::DefaultClock::default(),
         ));
-    forget_idle(std::sync::Arc::downgrade(&per_ip_limiter));
+    crate::per_fan::sweep(&per_ip_limiter, crate::per_fan::SWEEP_EVERY);
     let places = std::sync::Arc::new(Places {
         per_client: std::sync::Arc::new(PerClient::new(
             clients.clone(),

@@ -208,7 +208,7 @@ pub async fn serve(
     use hyper_util::rt::TokioIo;
     use tower::ServiceExt;
 
-    state.per_fan.clone().spawn_sweeper(Duration::from_secs(60));
+    state.per_fan.sweep_every(per_fan::SWEEP_EVERY);
     let _refresher = state.config.identity_jwks.clone().map(|source| {
         AbortOnDrop(tokio::spawn(identity::keep_fresh(
             state.identity.clone(),

@@ -3,14 +3,16 @@
 //! fan behind a shared address is not punished for its neighbours and one fan
 //! cannot hammer the line from many addresses.
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroU32;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use boxoffice_contract::Problem;
 use governor::clock::{Clock, DefaultClock};
-use governor::state::keyed::DashMapStateStore;
+use governor::middleware::RateLimitingMiddleware;
+use governor::state::keyed::{DashMapStateStore, ShrinkableKeyedStateStore};
 use governor::{Quota, RateLimiter};
 
 pub struct PerFan {
@@ -22,7 +24,8 @@ pub struct PerFan {
     names: std::hash::RandomState,
     /// By name; the names are already well spread, so the map hashes them
     /// with `foldhash`.
-    limiter: RateLimiter<u64, DashMapStateStore<u64, foldhash::fast::RandomState>, DefaultClock>,
+    limiter:
+        Arc<RateLimiter<u64, DashMapStateStore<u64, foldhash::fast::RandomState>, DefaultClock>>,
 }
 
 /// Shards of a rate limiter's map of keys (here fans; client addresses in
@@ -48,13 +51,49 @@ where
     dashmap::DashMap::with_hasher_and_shard_amount(S::default(), LIMITER_SHARDS)
 }
 
+/// How often a limiter forgets its idle keys (see [`sweep`]).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// Every `every`, from `every` on, forgets the keys of `limiter` whose quota
+/// is full again (a key in that state limits as a key never seen), so its
+/// memory follows the clients or fans of the last minute rather than every
+/// one since the start. Ends once the limiter is dropped; outside a tokio
+/// runtime, does nothing.
+pub fn sweep<K, S, C, M>(limiter: &Arc<RateLimiter<K, S, C, M>>, every: Duration)
+where
+    K: Hash + Send + Sync + 'static,
+    S: ShrinkableKeyedStateStore<K> + Send + Sync + 'static,
+    C: Clock + Send + Sync + 'static,
+    M: RateLimitingMiddleware<C::Instant> + Send + Sync + 'static,
+{
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let limiter: Weak<RateLimiter<K, S, C, M>> = Arc::downgrade(limiter);
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tick.tick().await;
+            let Some(limiter) = limiter.upgrade() else {
+                return;
+            };
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    });
+}
+
 impl PerFan {
     pub fn new(per_second: u32, burst: u32) -> Self {
         let quota = Quota::per_second(NonZeroU32::new(per_second.max(1)).expect("at least one"))
             .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least one"));
         Self {
             names: std::hash::RandomState::new(),
-            limiter: RateLimiter::new(quota, keyed_state(), DefaultClock::default()),
+            limiter: Arc::new(RateLimiter::new(
+                quota,
+                keyed_state(),
+                DefaultClock::default(),
+            )),
         }
     }
 
@@ -72,27 +111,46 @@ impl PerFan {
         })
     }
 
-    /// Forgets fans whose quota is full again, so memory follows the active fans.
-    pub fn forget_idle(&self) {
-        self.limiter.retain_recent();
-        self.limiter.shrink_to_fit();
-    }
-
-    /// Forgets idle fans every `every` until the process ends.
-    pub fn spawn_sweeper(self: std::sync::Arc<Self>, every: Duration) {
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(every);
-            loop {
-                ticker.tick().await;
-                self.forget_idle();
-            }
-        });
+    /// Forgets idle fans every `every` while this limit is in use (see [`sweep`]).
+    pub fn sweep_every(&self, every: Duration) {
+        sweep(&self.limiter, every);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sweep forgets the keys whose quota is full again, keeps those
+    /// still counting, and ends with its limiter.
+    #[tokio::test(start_paused = true)]
+    async fn the_sweep_forgets_idle_keys_and_ends_with_its_limiter() {
+        // One request each 500 ms: a key's state is dropped once it is
+        // older than the quota's whole period (governor keeps it another
+        // period, so from a second after its check).
+        let quota = Quota::with_period(Duration::from_millis(500)).unwrap();
+        let limiter = Arc::new(RateLimiter::<u32, _, _>::new(
+            quota,
+            keyed_state::<u32, std::hash::RandomState>(),
+            DefaultClock::default(),
+        ));
+        for key in 0..100 {
+            assert!(limiter.check_key(&key).is_ok());
+        }
+        sweep(&limiter, Duration::from_secs(60));
+        // Governor's clock is the real one; tokio's is paused.
+        std::thread::sleep(Duration::from_millis(1_100));
+        assert!(limiter.check_key(&7).is_ok(), "key 7 again, its quota full");
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert_eq!(limiter.len(), 100, "no sweep before the first minute");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(limiter.len(), 1, "only key 7, checked just now, is kept");
+        let metrics = tokio::runtime::Handle::current().metrics();
+        assert_eq!(metrics.num_alive_tasks(), 1, "the sweep runs");
+        drop(limiter);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(metrics.num_alive_tasks(), 0, "and ends with its limiter");
+    }
 
     #[test]
     fn each_fan_has_its_own_quota() {
