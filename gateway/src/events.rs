@@ -1,18 +1,15 @@
 //! `GET /v1/events/{id}`, `GET /.well-known/jwks.json`, the fan page at `/`,
 //! `/healthz`, `/readyz` and `/metrics`.
 
-use std::collections::HashMap;
-
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use boxoffice_contract::event::{
-    now_ms, seed_commitment, EventConfig, EventState, Identity, SeatView,
-};
+use boxoffice_contract::event::{now_ms, seed_commitment, EventState, Identity};
 use boxoffice_contract::extract::Path;
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
 use boxoffice_contract::openapi;
 use boxoffice_contract::Problem;
 use chrono::{DateTime, Utc};
+use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -72,27 +69,29 @@ async fn get_event(
         return Err(unknown_event());
     }
     let keys = EventKeys::new(&state.config.redis_prefix, &event_id);
-    let mut redis = state.redis.clone();
-    type Answer = (HashMap<String, String>, (Option<i64>, Option<i64>), u64);
-    let (fields, (remaining, held), queue_length): Answer = redis::pipe()
-        .hgetall(keys.config())
-        .hget(keys.stock(), &["remaining", "held"])
-        .zcard(keys.queue())
-        .query_async(&mut redis)
+    // The settings and stock view from the edge's cache (a tick old at
+    // most, as for the join and the status poll): at the opening every
+    // fan's page asks at once. The line's length is read live (ZCARD).
+    let event = state
+        .events
+        .get(&state.redis, &keys, &event_id)
         .await
-        .map_err(redis_down)?;
-    let config = EventConfig::from_fields(&fields).ok_or_else(unknown_event)?;
+        .map_err(redis_down)?
+        .ok_or_else(unknown_event)?;
+    let mut redis = state.redis.clone();
+    let queue_length: u64 = redis.zcard(keys.queue()).await.map_err(redis_down)?;
+    let config = &event.config;
     let now = now_ms();
     Ok(axum::Json(EventInfo {
         event_id,
-        state: config.state(now, SeatView::new(remaining, held)),
+        state: config.state(now, event.seats),
         shuffle_commitment: seed_commitment(&config.shuffle_seed),
         identity: config.identity,
         shuffle_seed: (now >= config.opens_at_ms).then(|| config.shuffle_seed.clone()),
         opens_at: DateTime::<Utc>::from_timestamp_millis(config.opens_at_ms).unwrap_or_default(),
-        name: config.name,
-        remaining_hint: remaining,
+        remaining_hint: event.seats.remaining,
         queue_length,
+        name: config.name.clone(),
     }))
 }
 
@@ -179,5 +178,73 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "ready".into_response()
     } else {
         Problem::unavailable("not-ready", "redis is unreachable", 1).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use boxoffice_contract::event::EventConfig;
+    use boxoffice_contract::token::{generate_ed25519_pem, KeySet};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// At the opening every fan's page asks for the event at once: its
+    /// settings are read once for the crowd, and the line's length live.
+    #[tokio::test]
+    async fn the_event_is_read_once_for_a_crowd_and_its_line_live() {
+        let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let mut redis =
+            redis::aio::ConnectionManager::new(redis::Client::open(url.clone()).unwrap())
+                .await
+                .unwrap();
+        let mut config = crate::Config::defaults();
+        config.redis_url = url;
+        config.redis_prefix = format!("page{}", uuid::Uuid::new_v4().simple());
+        let keys = EventKeys::new(&config.redis_prefix, "ev");
+        let _: () = redis
+            .hset_multiple(
+                keys.config(),
+                &EventConfig::open("Page", 100, 5.0).to_fields(),
+            )
+            .await
+            .unwrap();
+        let signing = KeySet::from_pems(
+            "boxoffice",
+            &generate_ed25519_pem(),
+            &[],
+            b"a-queue-secret-of-at-least-32-bytes!",
+        )
+        .unwrap();
+        let state = AppState::new(redis.clone(), signing, config).unwrap();
+        let app = crate::router(state.clone());
+        let ask = || async {
+            let request = Request::get("/v1/events/ev").body(Body::empty()).unwrap();
+            let response = app.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            serde_json::from_slice::<EventInfo>(&body).unwrap()
+        };
+
+        // The first page reads it (in a sale, a join or a poll has already).
+        assert_eq!(ask().await.name, "Page");
+        let crowd = futures_util::future::join_all((0..20).map(|_| ask())).await;
+        assert!(crowd
+            .iter()
+            .all(|e| e.name == "Page" && e.queue_length == 0));
+        assert_eq!(
+            state.events.reads(),
+            1,
+            "one read of the settings for 21 pages"
+        );
+
+        let _: () = redis.zadd(keys.queue(), "fan-1", 1).await.unwrap();
+        assert_eq!(ask().await.queue_length, 1, "the line's length is live");
+        assert_eq!(state.events.reads(), 1);
+        let _: () = redis.del(&[keys.config(), keys.queue()]).await.unwrap();
     }
 }
