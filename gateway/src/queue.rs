@@ -111,8 +111,7 @@ fn fan_of(
                 // A repeat join: the place belongs to whoever holds its ticket.
                 Some(ticket) => state
                     .keys
-                    .verify(ticket, TokenUse::Queue, Some(event_id))
-                    .map(|claims| claims.sub)
+                    .queue_ticket_fan(ticket, event_id)
                     .map_err(|error| {
                         tracing::debug!(%error, "queue ticket refused on a join");
                         Problem::unauthorized("invalid-ticket", "invalid queue ticket")
@@ -515,14 +514,14 @@ async fn status(
             "send Authorization: Bearer <queue_ticket>",
         )
     })?;
-    let claims = state
+    let fan = state
         .keys
-        .verify(ticket, TokenUse::Queue, Some(&event_id))
+        .queue_ticket_fan(ticket, &event_id)
         .map_err(|error| {
             tracing::debug!(%error, "queue ticket refused");
             Problem::unauthorized("invalid-ticket", "invalid queue ticket")
         })?;
-    state.per_fan.check(&event_id, &claims.sub)?;
+    state.per_fan.check(&event_id, &fan)?;
     let event = edge_event(&state, &keys, &event_id).await?;
     if event.sold_out() {
         return Err(sold_out());
@@ -530,10 +529,7 @@ async fn status(
     // A waiting fan (the crowd) costs one native read, no script since
     // nothing is written: its rank.
     let mut redis = state.redis.clone();
-    let rank: Option<i64> = redis
-        .zrank(keys.queue(), &claims.sub)
-        .await
-        .map_err(redis_down)?;
+    let rank: Option<i64> = redis.zrank(keys.queue(), &fan).await.map_err(redis_down)?;
     let now = now_ms();
     // Out of line: admitted, or lapsed. The admission's expiry and, once a
     // `seats-held` answer renewed it, its held-over key name the access
@@ -545,8 +541,8 @@ async fn status(
         Some(_) => (None, None),
         None => redis::pipe()
             .atomic()
-            .zscore(keys.active(), &claims.sub)
-            .get(keys.held_over(&claims.sub))
+            .zscore(keys.active(), &fan)
+            .get(keys.held_over(&fan))
             .query_async(&mut redis)
             .await
             .map_err(redis_down)?,
@@ -567,14 +563,14 @@ async fn status(
             let mut access = Claims::new(
                 state.keys.issuer(),
                 &event_id,
-                &claims.sub,
+                &fan,
                 TokenUse::Access,
                 now_s(),
                 0,
             );
             access.exp = (expiry / 1000) as u64;
             // A renewed admission keeps its first jti: it buys once.
-            access.jti = admission_jti_of(&event_id, &claims.sub, expiry, held_over.as_deref());
+            access.jti = admission_jti_of(&event_id, &fan, expiry, held_over.as_deref());
             let body = QueueStatus::Admitted {
                 access_token: state.keys.sign(&access),
                 expires_at: DateTime::<Utc>::from_timestamp_millis(expiry).unwrap_or_default(),
