@@ -12,8 +12,9 @@
 //! a short path of our own: the header must be byte-for-byte the one we issue,
 //! the HMAC key schedule is done once, and the claims are parsed once, in
 //! place, from a buffer on the stack; that makes the status poll's token
-//! check about five times cheaper than the general decoder. Signing uses the newest key; verification accepts any
-//! key in the verify set, which is how keys rotate without downtime.
+//! check about five times cheaper than the general decoder. Signing uses the
+//! newest key; verification accepts any key in the verify set, which is how
+//! keys rotate without downtime.
 
 use std::collections::HashMap;
 use std::sync::Arc;
