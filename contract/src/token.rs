@@ -163,15 +163,6 @@ struct QueueClaims<'a> {
     order_id: Option<Uuid>,
 }
 
-/// What [`KeySet::check_claims`] looks at.
-struct ClaimChecks<'a> {
-    iss: &'a str,
-    aud: &'a str,
-    exp: u64,
-    nbf: u64,
-    token_use: TokenUse,
-}
-
 /// The JWK `kid` of an Ed25519 public key: a short hash, stable across restarts.
 pub fn kid_of(public_key: &[u8; 32]) -> String {
     let digest = Sha256::digest(public_key);
@@ -362,24 +353,14 @@ impl KeySet {
         };
         let claims: QueueClaims<'_> =
             serde_json::from_slice(json).map_err(|_| TokenError::Malformed)?;
-        self.check_claims(
-            ClaimChecks {
-                iss: &claims.iss,
-                aud: &claims.aud,
-                exp: claims.exp,
-                nbf: claims.nbf,
-                token_use: claims.token_use,
-            },
-            TokenUse::Queue,
-            event_id,
-        )?;
+        self.check_claims(&claims, TokenUse::Queue, event_id)?;
         Ok(take(claims))
     }
 
     /// The claim checks of [`Self::verify_queue`], as `jsonwebtoken` does them for the others.
     fn check_claims(
         &self,
-        claims: ClaimChecks<'_>,
+        claims: &QueueClaims<'_>,
         expected: TokenUse,
         event_id: Option<&str>,
     ) -> Result<(), TokenError> {
