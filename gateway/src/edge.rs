@@ -87,13 +87,10 @@ pub fn protect(
             governor::clock::DefaultClock::default(),
         ));
     crate::per_fan::sweep(&per_ip_limiter, crate::per_fan::SWEEP_EVERY);
-    let places = std::sync::Arc::new(Places {
-        per_client: std::sync::Arc::new(PerClient::new(
-            clients.clone(),
-            config.per_client_in_flight,
-        )),
-        global: std::sync::Arc::new(tokio::sync::Semaphore::new(config.max_in_flight.max(1))),
-    });
+    let places = std::sync::Arc::new(Places::new(
+        PerClient::new(clients.clone(), config.per_client_in_flight),
+        config.max_in_flight,
+    ));
     let body_timeout = Duration::from_millis(config.body_timeout_ms.max(1));
     // Probes and metrics stay outside the fans' limits: an orchestrator or
     // Prometheus behind the same address as a flood still gets its answer.
@@ -291,11 +288,12 @@ fn rate_limited(error: GovernorError) -> Response {
 
 /// Places per client address: requests in flight (one address cannot hold
 /// the global places, `max_in_flight`, with requests whose bodies trickle
-/// in), and open connections (see [`crate::serve`]).
+/// in), and open connections (see [`crate::serve`]). The counts are kept in
+/// shards (`DashMap`), so requests on the two cores seldom wait on one lock.
 pub struct PerClient {
     clients: ClientIp,
     max: usize,
-    in_flight: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    in_flight: dashmap::DashMap<std::net::IpAddr, usize, foldhash::fast::RandomState>,
 }
 
 impl PerClient {
@@ -310,20 +308,39 @@ impl PerClient {
     /// A place for `client`, given back when dropped; `None` if it holds
     /// all it may.
     pub(crate) fn enter(self: &std::sync::Arc<Self>, client: std::net::IpAddr) -> Option<InFlight> {
-        let mut in_flight = self.in_flight.lock().expect("per-client lock");
-        let count = in_flight.entry(client).or_insert(0);
-        if *count >= self.max {
-            return None;
-        }
-        *count += 1;
-        Some(InFlight {
+        self.take(client).then(|| InFlight {
             owner: self.clone(),
             client,
         })
     }
+
+    /// Takes one of `client`'s places; `false` if it holds all it may.
+    fn take(&self, client: std::net::IpAddr) -> bool {
+        let mut count = self.in_flight.entry(client).or_insert(0);
+        if *count >= self.max {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    /// Gives one of `client`'s places back; an address holding none is
+    /// forgotten.
+    fn give_back(&self, client: std::net::IpAddr) {
+        self.in_flight.remove_if_mut(&client, |_, count| {
+            *count -= 1;
+            *count == 0
+        });
+    }
+
+    /// The addresses holding a place (for tests).
+    #[cfg(test)]
+    fn addresses(&self) -> usize {
+        self.in_flight.len()
+    }
 }
 
-/// One request's (or connection's) place; given back when dropped.
+/// One connection's place; given back when dropped.
 pub(crate) struct InFlight {
     owner: std::sync::Arc<PerClient>,
     client: std::net::IpAddr,
@@ -331,27 +348,41 @@ pub(crate) struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let mut in_flight = self.owner.in_flight.lock().expect("per-client lock");
-        if let Some(count) = in_flight.get_mut(&self.client) {
-            *count -= 1;
-            if *count == 0 {
-                in_flight.remove(&self.client);
-            }
-        }
+        self.owner.give_back(self.client);
     }
 }
 
 /// A place for the request: one of its client's (`per_client_in_flight`,
 /// 429 past it) and one of the gateway's (`max_in_flight`: 503 `overloaded`
 /// at once past it, rather than queueing), both given back when it is
-/// answered.
+/// answered. The gateway's places are a count, not a semaphore: no request
+/// waits for one, and giving one back is one atomic step (a semaphore's
+/// also takes its waiters' lock).
 struct Places {
-    per_client: std::sync::Arc<PerClient>,
-    global: std::sync::Arc<tokio::sync::Semaphore>,
+    per_client: PerClient,
+    max: usize,
+    in_flight: std::sync::atomic::AtomicUsize,
 }
 
-/// What a request holds while it is handled, given back when dropped.
-type Held = (Option<InFlight>, tokio::sync::OwnedSemaphorePermit);
+/// What a request holds while it is handled: its places, given back when
+/// dropped.
+struct Held {
+    places: std::sync::Arc<Places>,
+    /// The client whose place it holds; none for a request whose client is
+    /// unknown.
+    client: Option<std::net::IpAddr>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(client) = self.client {
+            self.places.per_client.give_back(client);
+        }
+        self.places
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::Release);
+    }
+}
 
 /// Why a request got no place.
 enum NoPlace {
@@ -380,19 +411,43 @@ impl NoPlace {
 }
 
 impl Places {
+    fn new(per_client: PerClient, max: usize) -> Self {
+        Self {
+            per_client,
+            max: max.max(1),
+            in_flight: Default::default(),
+        }
+    }
+
     /// The request's places, or why it gets none.
-    fn take(&self, request: &axum::extract::Request) -> Result<Held, NoPlace> {
+    fn take(
+        self: &std::sync::Arc<Self>,
+        request: &axum::extract::Request,
+    ) -> Result<Held, NoPlace> {
+        use std::sync::atomic::Ordering;
         use tower_governor::key_extractor::KeyExtractor;
-        let mine = match self.per_client.clients.extract(request) {
-            Ok(client) => Some(self.per_client.enter(client).ok_or(NoPlace::Client)?),
+        let client = match self.per_client.clients.extract(request) {
+            Ok(client) if self.per_client.take(client) => Some(client),
+            Ok(_) => return Err(NoPlace::Client),
             Err(_) => None,
         };
-        let ours = self
-            .global
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| NoPlace::Gateway)?;
-        Ok((mine, ours))
+        let max = self.max;
+        if self
+            .in_flight
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |held| {
+                (held < max).then_some(held + 1)
+            })
+            .is_err()
+        {
+            if let Some(client) = client {
+                self.per_client.give_back(client);
+            }
+            return Err(NoPlace::Gateway);
+        }
+        Ok(Held {
+            places: self.clone(),
+            client,
+        })
     }
 }
 
@@ -579,6 +634,61 @@ mod tests {
         assert!(
             proxied.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
             "{proxied}"
+        );
+    }
+
+    /// A request from `client` (as `Identify` leaves it).
+    fn from(client: &str) -> axum::extract::Request {
+        let mut request = Request::new(Body::empty());
+        request
+            .extensions_mut()
+            .insert(crate::client_ip::Client(client.parse().unwrap()));
+        request
+    }
+
+    #[test]
+    fn places_are_given_back_when_the_request_is_done_or_refused() {
+        let clients = ClientIp::new(Vec::new(), crate::client_ip::ForwardedHeader::XForwardedFor);
+        let places = Arc::new(Places::new(PerClient::new(clients, 1), 2));
+        let first = places.take(&from("10.0.0.1")).ok().unwrap();
+        // The client's one place is taken; the gateway has one left.
+        assert!(matches!(
+            places.take(&from("10.0.0.1")),
+            Err(NoPlace::Client)
+        ));
+        let second = places.take(&from("10.0.0.2")).ok().unwrap();
+        // The gateway's two places are taken: a third client is refused,
+        // and the place its address had taken is given back.
+        assert!(matches!(
+            places.take(&from("10.0.0.3")),
+            Err(NoPlace::Gateway)
+        ));
+        assert_eq!(places.per_client.addresses(), 2);
+        drop(first);
+        assert_eq!(places.per_client.addresses(), 1);
+        // The first client's place and a gateway place are back.
+        let again = places.take(&from("10.0.0.1")).ok().unwrap();
+        assert!(matches!(
+            places.take(&from("10.0.0.3")),
+            Err(NoPlace::Gateway)
+        ));
+        drop((second, again));
+        assert_eq!(places.per_client.addresses(), 0);
+        assert_eq!(
+            places.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        // A request whose client is unknown takes a gateway place only.
+        let unknown = places.take(&Request::new(Body::empty())).ok().unwrap();
+        assert_eq!(places.per_client.addresses(), 0);
+        assert_eq!(
+            places.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        drop(unknown);
+        assert_eq!(
+            places.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+            0
         );
     }
 }
