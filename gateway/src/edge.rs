@@ -289,7 +289,7 @@ fn rate_limited(error: GovernorError) -> Response {
 /// Places per client address: requests in flight (one address cannot hold
 /// the global places, `max_in_flight`, with requests whose bodies trickle
 /// in), and open connections (see [`crate::serve`]). The counts are kept in
-/// shards (`DashMap`), so requests on the two cores seldom wait on one lock.
+/// shards (`DashMap`), so requests on different cores seldom wait on one lock.
 pub struct PerClient {
     clients: ClientIp,
     max: usize,
@@ -427,8 +427,12 @@ impl Places {
         use std::sync::atomic::Ordering;
         use tower_governor::key_extractor::KeyExtractor;
         let client = match self.per_client.clients.extract(request) {
-            Ok(client) if self.per_client.take(client) => Some(client),
-            Ok(_) => return Err(NoPlace::Client),
+            Ok(client) => {
+                if !self.per_client.take(client) {
+                    return Err(NoPlace::Client);
+                }
+                Some(client)
+            }
             Err(_) => None,
         };
         let max = self.max;
