@@ -7,7 +7,7 @@
 #
 #   scripts/edge_cost.sh [REQUESTS]     # default 2000
 #
-# BENCH_LOG=warn (say) measures without the request spans; BENCH_LOG_JSON=true
+# BENCH_LOG=warn (say) measures with no `info` lines; BENCH_LOG_JSON=true
 # with the JSON log lines of k8s/ (default: the plain text of compose).
 #
 # Each figure is (instructions for 2×REQUESTS − for REQUESTS) / REQUESTS,

@@ -18,6 +18,8 @@
 //! - [`openapi`]: security schemes and shared operations of the OpenAPI documents.
 //! - [`keys`]: the Redis key layout, one hash tag per event.
 //! - [`log_fields`]: the JSON logs' span fields, written in place (cheaper per request).
+//! - [`request_log`]: the request being answered, in every line logged while it is
+//!   (its `request` span, without a `tracing` span per request).
 //! - [`redis_link`]: the one Redis connection each service uses, reconnecting
 //!   within a second and timing commands out.
 //! - [`schema`]: the rules an event schema change must keep (additive only), and
@@ -39,6 +41,7 @@ pub mod otlp;
 pub mod page;
 pub mod problem;
 pub mod redis_link;
+pub mod request_log;
 pub mod schema;
 pub mod shutdown;
 pub mod telemetry;

@@ -7,8 +7,8 @@
 //! (`JsonFields`) first collects them in a map of `serde_json::Value`s,
 //! formatting every value into a `String` of its own. [`JsonSpanFields`]
 //! writes the same object in place, about 7,400 instructions fewer per
-//! request span of six fields (`BENCH_LOG_JSON=true scripts/edge_cost.sh`;
-//! at `info`, every request has one), and
+//! span of six fields (`BENCH_LOG_JSON=true scripts/edge_cost.sh`, measured
+//! when every request opened such a span), and
 //! the lines come out the same: the JSON formatter parses the object back
 //! when a line is written, so key order and layout do not show.
 
@@ -151,8 +151,8 @@ impl Visit for Members<'_> {
 /// machinery when there is no styling: a field is `name=value` (its `Debug`
 /// text), written at once, where the default paints the name and the `=`
 /// with no colour and formats the three parts apart. That was about half of
-/// a request span's cost (six fields, written when the span opens: every
-/// request has one at `info`). Messages (escaped against terminal codes),
+/// a span's cost (six fields, written when the span opens; measured when
+/// every request opened one). Messages (escaped against terminal codes),
 /// errors (with their sources) and `r#` names still go through the default
 /// formatter, and so does everything with colours on (a terminal).
 #[derive(Debug, Default, Clone, Copy)]
@@ -256,7 +256,7 @@ impl Visit for Text<'_> {
 
 /// Writes a string's contents as the inside of a JSON string, escaped as
 /// serde_json escapes them: `"`, `\` and the control characters.
-struct Escaped<'a>(&'a mut dyn Write);
+pub(crate) struct Escaped<'a>(pub(crate) &'a mut dyn Write);
 
 impl Write for Escaped<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {

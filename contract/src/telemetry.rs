@@ -2,12 +2,13 @@
 //!
 //! - [`init`]: `RUST_LOG` filters; `--log-json` writes one JSON object a line,
 //!   with the fields of every enclosing span (`request_id`, `trace_id`, …;
-//!   written by [`crate::log_fields`]); plain text is coloured only on a
-//!   terminal.
-//! - [`observe`]: the HTTP middleware every service wraps its routes in: the
-//!   request's span (with its W3C trace id), `boxoffice_http_requests_total`
-//!   and `boxoffice_http_request_duration_seconds`, and the `traceparent` of
-//!   the request's trace on the answer.
+//!   written by [`crate::log_fields`] and [`crate::request_log`]); plain text
+//!   is coloured only on a terminal.
+//! - [`Traced`]: the HTTP middleware every service wraps its routes in: the
+//!   request's `request` span in its log lines (with its W3C trace id),
+//!   `boxoffice_http_requests_total` and
+//!   `boxoffice_http_request_duration_seconds`, and the `traceparent` of the
+//!   request's trace on the answer.
 //! - [`prometheus`] / [`metrics_endpoint`]: the process's recorder and `/metrics`.
 
 use std::cell::RefCell;
@@ -22,11 +23,13 @@ use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tracing::Instrument;
 use tracing_subscriber::filter::Targets;
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
+use crate::log_fields::{JsonSpanFields, TextFields};
 use crate::otlp::{self, Attribute as KeyValue};
+use crate::request_log::{with_request, JsonLines, RequestLog, TextLines};
 use crate::trace::{TraceContext, TRACEPARENT};
 
 /// Installs the process's log subscriber and metrics recorder, before
@@ -42,37 +45,47 @@ pub fn init(json: bool) {
 /// [`init`] with the log directives given rather than read from `RUST_LOG`
 /// (the edge benchmark's own knob).
 pub fn init_with(directives: &str, json: bool) {
-    use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
 
     prometheus();
     // Colour codes in a file, a pipe or a container's log are noise for the
-    // reader and cost every request span (field names are styled per span).
+    // reader and cost every span (field names are styled per span).
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let _ = logs(directives, json, terminal, std::io::stdout).try_init();
+}
+
+/// The log subscriber of [`init_with`], writing its lines to `writer`
+/// (tests read their own): JSON lines, or plain text, coloured if `ansi`.
+pub fn logs<W>(directives: &str, json: bool, ansi: bool, writer: W) -> tracing::Dispatch
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+
     let (fixed, dynamic) = log_filter(directives);
     // The builder's own filter lets all through (its default is `info`):
-    // the filter of the directives decides.
+    // the filter of the directives decides. No colours in JSON.
     let builder = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
-        .with_ansi(terminal);
-    let _ = if json {
+        .with_ansi(ansi && !json)
+        .with_writer(writer);
+    if json {
         builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .fmt_fields(crate::log_fields::JsonSpanFields)
+            .fmt_fields(JsonSpanFields)
+            .event_format(JsonLines::default())
             .finish()
             .with(fixed)
             .with(dynamic)
-            .try_init()
+            .into()
     } else {
         builder
-            .fmt_fields(crate::log_fields::TextFields)
+            .fmt_fields(TextFields)
+            .event_format(TextLines::default())
             .finish()
             .with(fixed)
             .with(dynamic)
-            .try_init()
-    };
+            .into()
+    }
 }
 
 /// The filter of `directives` (`RUST_LOG`'s syntax): plain `target=level`
@@ -80,8 +93,9 @@ pub fn init_with(directives: &str, json: bool) {
 /// naming spans or fields as an `EnvFilter`, which needs them. `EnvFilter`
 /// takes a lock shared by every thread at each span's creation, entry, exit
 /// and close even when it has no such directive (tracing's PR #3487 skips
-/// it, unreleased as of tracing-subscriber 0.3.23), and every request has a
-/// span. No directives, or directives that parse as neither, mean `info`.
+/// it, unreleased as of tracing-subscriber 0.3.23). No directives, or
+/// directives that parse as neither, mean `info`. (A request's `request`
+/// span is no `tracing` span: `[request]` directives match nothing.)
 fn log_filter(directives: &str) -> (Option<Targets>, Option<EnvFilter>) {
     let directives = match directives.trim() {
         "" => "info",
@@ -156,7 +170,7 @@ pub async fn metrics_endpoint() -> impl axum::response::IntoResponse {
 #[derive(Clone)]
 struct RouteOf(MatchedPath);
 
-/// Inner half of [`observe`] where `observe` wraps more than a router: copies
+/// Inner half of [`Traced`] where `Traced` wraps more than a router: copies
 /// the matched route onto the response. `routes.layer(MarkRoute)`: a plain
 /// layer rather than `axum::middleware::from_fn`, which would box the next
 /// service and the future of every request.
@@ -270,7 +284,10 @@ fn record_http(route: &str, status: StatusCode, seconds: f64) {
 /// request's span is a child of the caller's (`traceparent`), or a new
 /// trace's root; handlers find its [`TraceContext`] in the request's
 /// extensions and send it downstream as is, so the callee's span is a child
-/// of this one. With a service's name (`service.name`) the span is also
+/// of this one. Every line logged while the request is answered names it as
+/// its outermost span, `request{method path request_id trace_id span_id
+/// parent_span_id}` (see [`crate::request_log`]: no `tracing` span is
+/// opened). With a service's name (`service.name`) the span is also
 /// exported as that service's (see [`otlp`]); with `None`, logged and
 /// counted only.
 ///
@@ -312,14 +329,15 @@ where
     }
 
     fn call(&mut self, mut request: Request) -> Self::Future {
-        let (observation, span) = Observation::begin(self.service, &mut request);
-        // The layers below do their first part here, in `call`: in the
-        // span too. The span then goes with the answer's future (one
-        // reference to it, not a second one in the observation).
-        let future = span.in_scope(|| self.inner.call(request));
+        let (observation, log) = Observation::begin(self.service, &mut request);
+        // The layers below do their first part here, in `call`: with the
+        // request current too.
+        let mut log = Some(log);
+        let future = with_request(&mut log, || self.inner.call(request));
         Observed {
-            future: future.instrument(span),
+            future,
             observation: Some(observation),
+            log,
         }
     }
 }
@@ -328,8 +346,10 @@ pin_project_lite::pin_project! {
     /// The answer of [`TracedService`], counted and timed when it comes.
     pub struct Observed<F> {
         #[pin]
-        future: tracing::instrument::Instrumented<F>,
+        future: F,
         observation: Option<Observation>,
+        // The request, current while the answer is polled.
+        log: Option<RequestLog>,
     }
 }
 
@@ -340,10 +360,13 @@ where
     type Output = Result<Response, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        let response = std::task::ready!(this.future.as_mut().poll(cx))?;
-        let observation = this.observation.take().expect("polled after it answered");
-        Poll::Ready(Ok(observation.finish(this.future.span(), response)))
+        let this = self.project();
+        let (future, observation) = (this.future, this.observation);
+        with_request(this.log, || {
+            let response = std::task::ready!(future.poll(cx))?;
+            let observation = observation.take().expect("polled after it answered");
+            Poll::Ready(Ok(observation.finish(response)))
+        })
     }
 }
 
@@ -359,9 +382,9 @@ struct Observation {
 
 impl Observation {
     /// The request's span and trace context (put in its extensions), and
-    /// its exported span if `service` exports them; with the request's
-    /// (logged) span.
-    fn begin(service: Option<&'static str>, request: &mut Request) -> (Self, tracing::Span) {
+    /// its exported span if `service` exports them; with what its log lines
+    /// say of it.
+    fn begin(service: Option<&'static str>, request: &mut Request) -> (Self, RequestLog) {
         let started = Instant::now();
         let (cx, parent) = TraceContext::span_under(
             request
@@ -371,18 +394,16 @@ impl Observation {
         );
         request.extensions_mut().insert(cx);
         let matched = request.extensions().get::<MatchedPath>().cloned();
-        let span = tracing::info_span!(
-            "request",
-            method = %request.method(),
-            path = %request.uri().path(),
-            request_id = %request
+        let log = RequestLog::new(
+            request.method().clone(),
+            request.uri().path(),
+            request
                 .headers()
                 .get("x-request-id")
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or(""),
-            trace_id = %cx.trace_id_hex(),
-            span_id = %cx.span_id_hex(),
-            parent_span_id = %parent,
+            cx,
+            parent,
         );
         // Probes, scrapes and the internal plane's polling (admission asks the
         // order service for its health and kept settings every second or two)
@@ -427,12 +448,12 @@ impl Observation {
             exported,
             method,
         };
-        (observation, span)
+        (observation, log)
     }
 
     /// Counts and times the answer, ends the exported span and sends the
     /// trace context back with the answer.
-    fn finish(self, span: &tracing::Span, mut response: Response) -> Response {
+    fn finish(self, mut response: Response) -> Response {
         let Self {
             started,
             cx,
@@ -443,13 +464,11 @@ impl Observation {
         let status = response.status();
         let elapsed = started.elapsed();
         if status.is_server_error() {
-            span.in_scope(|| {
-                tracing::warn!(
-                    status = status.as_u16(),
-                    ?elapsed,
-                    "answered with a server error"
-                )
-            });
+            tracing::warn!(
+                status = status.as_u16(),
+                ?elapsed,
+                "answered with a server error"
+            );
         }
         let route = matched
             .as_ref()
@@ -554,11 +573,8 @@ mod tests {
             .unwrap();
         let sink = Sink::default();
         let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let _guard =
+            tracing::dispatcher::set_default(&logs("info", false, false, move || writer.clone()));
         let response = traced.ready().await.unwrap().call(request).await.unwrap();
         assert!(response.headers().contains_key("traceparent"));
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();

@@ -30,8 +30,8 @@
 //! script's Redis work.
 //!
 //! `cargo bench -p gateway --bench edge` (needs `wrk` and the local Redis).
-//! The gateway's telemetry is on as deployed (metrics recorder, request
-//! spans at `info`).
+//! The gateway's telemetry is on as deployed (metrics recorder, log lines
+//! at `info`).
 //!
 //! Knobs: BENCH_SECONDS (default 8), BENCH_ROUNDS (3), BENCH_CONNECTIONS (64), BENCH_FANS
 //! (1000000, for the memory figure), BENCH_RATE_SHARE (0.5), BENCH_LOG (the
@@ -539,8 +539,8 @@ fn main() {
 
 async fn bench() {
     // The gateway's telemetry as it is deployed: the binary's own set-up,
-    // the Prometheus recorder and request spans at `info` (RUST_LOG in
-    // compose and k8s/), plain text (compose) or JSON (k8s/).
+    // the Prometheus recorder and log lines at `info` (RUST_LOG in compose
+    // and k8s/), plain text (compose) or JSON (k8s/).
     boxoffice_contract::telemetry::init_with(
         &std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
         env_or("BENCH_LOG_JSON", false),

@@ -52,8 +52,8 @@ async fn run() {
         .unwrap_or(1_000);
     let join = std::env::var("BENCH_KIND").is_ok_and(|k| k == "join");
     let serve = std::env::var("BENCH_SERVE").unwrap_or_else(|_| "gateway".into());
-    // The deployed telemetry: request spans at `info`, plain text (or
-    // JSON), the Prometheus recorder.
+    // The deployed telemetry: log lines at `info`, plain text (or JSON),
+    // the Prometheus recorder.
     boxoffice_contract::telemetry::init_with(
         &std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
         std::env::var("BENCH_LOG_JSON").is_ok_and(|v| v == "true"),

@@ -551,10 +551,8 @@ mod tests {
     async fn log_lines_of_a_request_carry_its_request_id_and_trace_id() {
         let sink = Sink::default();
         let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
+        let logs =
+            boxoffice_contract::telemetry::logs("info", false, false, move || writer.clone());
         let routes = Router::new().route(
             "/hello",
             get(|| async {
@@ -579,7 +577,7 @@ mod tests {
             )
             .body(Body::empty())
             .unwrap();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let _guard = tracing::dispatcher::set_default(&logs);
         let response = app.oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()["x-request-id"], "req-42");

@@ -47,14 +47,13 @@ fn logs() -> Logs {
     LOGS.get_or_init(|| {
         let logs = Logs::default();
         let writer = logs.clone();
-        tracing_subscriber::fmt()
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .fmt_fields(boxoffice_contract::log_fields::JsonSpanFields)
-            .with_env_filter("info")
-            .with_writer(move || writer.clone())
-            .init();
+        tracing::dispatcher::set_global_default(boxoffice_contract::telemetry::logs(
+            "info",
+            true,
+            false,
+            move || writer.clone(),
+        ))
+        .expect("the first subscriber");
         logs
     })
     .clone()
