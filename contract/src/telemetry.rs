@@ -335,7 +335,7 @@ where
         let mut log = Some(log);
         let future = with_request(&mut log, || self.inner.call(request));
         Observed {
-            future,
+            future: Some(future),
             observation: Some(observation),
             log,
         }
@@ -345,11 +345,21 @@ where
 pin_project_lite::pin_project! {
     /// The answer of [`TracedService`], counted and timed when it comes.
     pub struct Observed<F> {
+        // Always there until dropped, with the request current (as a span's
+        // `Instrumented` does): what it logs on the way out, answered or
+        // given up (the client gone), is the request's too.
         #[pin]
-        future: F,
+        future: Option<F>,
         observation: Option<Observation>,
-        // The request, current while the answer is polled.
+        // The request, current while the answer is polled or dropped.
         log: Option<RequestLog>,
+    }
+
+    impl<F> PinnedDrop for Observed<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            with_request(this.log, || this.future.set(None));
+        }
     }
 }
 
@@ -363,6 +373,7 @@ where
         let this = self.project();
         let (future, observation) = (this.future, this.observation);
         with_request(this.log, || {
+            let future = future.as_pin_mut().expect("there until dropped");
             let response = std::task::ready!(future.poll(cx))?;
             let observation = observation.take().expect("polled after it answered");
             Poll::Ready(Ok(observation.finish(response)))
@@ -605,6 +616,56 @@ mod tests {
                 && line.contains("status=502"),
             "{line}"
         );
+    }
+
+    /// An answer given up before it comes (the client gone) is dropped with
+    /// the request current: what it logs then is the request's.
+    #[test]
+    fn an_answer_given_up_is_dropped_in_the_requests_span() {
+        use tower::Service;
+
+        /// Logs when dropped.
+        struct Goodbye;
+
+        impl Drop for Goodbye {
+            fn drop(&mut self) {
+                tracing::info!("given up");
+            }
+        }
+
+        let inner = tower::service_fn(|_: Request| async {
+            let _goodbye = Goodbye;
+            std::future::pending::<()>().await;
+            Ok::<_, std::convert::Infallible>(Response::new(axum::body::Body::empty()))
+        });
+        let mut traced = tower::Layer::layer(&Traced(None), inner);
+        let request = Request::get("/v1/slow")
+            .header("x-request-id", "req-9")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let sink = Sink::default();
+        let writer = sink.clone();
+        tracing::dispatcher::with_default(
+            &logs("info", false, false, move || writer.clone()),
+            || {
+                let mut answer = Box::pin(traced.call(request));
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                assert!(answer.as_mut().poll(&mut cx).is_pending());
+                drop(answer);
+                tracing::info!("after");
+            },
+        );
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.ends_with("given up"))
+            .unwrap_or_else(|| panic!("no line: {text}"));
+        assert!(
+            line.contains("request{method=GET path=/v1/slow request_id=req-9 "),
+            "{line}"
+        );
+        let after = text.lines().find(|l| l.ends_with("after")).unwrap();
+        assert!(!after.contains("request{"), "{after}");
     }
 
     #[test]
