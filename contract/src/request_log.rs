@@ -347,6 +347,7 @@ mod tests {
         tracing::info!("after");
     }
 
+    /// The lines `emit` writes with fields `fields` and lines `events`.
     fn text_of<N, E>(fields: N, events: E, ansi: bool, inside: &dyn Fn(&dyn Fn())) -> String
     where
         N: for<'w> FormatFields<'w> + Send + Sync + 'static,
@@ -366,21 +367,13 @@ mod tests {
         text
     }
 
+    /// The JSON lines `emit` writes with `events`, parsed, without their time.
     fn json_of<E>(events: E, inside: &dyn Fn(&dyn Fn())) -> Vec<Value>
     where
         E: FormatEvent<tracing_subscriber::Registry, JsonSpanFields> + Send + Sync + 'static,
     {
-        let sink = Sink::default();
-        let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(Level::TRACE)
-            .fmt_fields(JsonSpanFields)
-            .event_format(events)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || emit(inside));
-        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
-        text.lines()
+        text_of(JsonSpanFields, events, false, inside)
+            .lines()
             .map(|line| {
                 let mut line: Value = serde_json::from_str(line).expect(line);
                 line.as_object_mut().unwrap().remove("timestamp");
