@@ -7,14 +7,17 @@
 //! it. That used to be a real `tracing` span, opened for every request:
 //! its six fields formatted into a string when it opened, a slot in the
 //! registry, and a reference count changed at each of the four or so times
-//! the request's future was polled, on whichever core polled it. It cost the
-//! status poll about 3 µs of CPU natively (a third of all the gateway spends
-//! over a bare handler), while almost no request logs a line.
+//! the request's future was polled, on whichever core polled it. With it
+//! the gateway's status poll cost about 3 µs more CPU than with logging at
+//! `warn`, a third of what the gateway spends over a bare handler (the edge
+//! benchmark on a 2-core VM, `BENCHMARKS.md`), while almost no request logs
+//! a line.
 //!
 //! Now the request's fields are kept as they are, in a [`RequestLog`] that
 //! the service's answer carries, and [`with_request`] makes it this thread's
-//! current request while the service is called or the answer polled (moved
-//! in and back out, as tokio's task-locals do; no reference counts). The
+//! current request while the service is called or the answer polled or
+//! dropped (moved in and back out, as tokio's task-locals do; no reference
+//! counts): 1.4 µs less a status poll than the span in the same benchmark. The
 //! lines' formatters write it only when a line is logged: [`TextLines`]
 //! exactly as the span was written (byte for byte, colours too), and
 //! [`JsonLines`] as the first of the line's `spans`, and as its `span` when
