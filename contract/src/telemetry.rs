@@ -234,9 +234,12 @@ where
     }
 }
 
-/// The response's `traceparent` name, made once (a `&'static str` is parsed
-/// again on each insert).
+/// The `traceparent` name, made once: a `&'static str` is parsed again on
+/// each lookup and insert.
 const TRACEPARENT_HEADER: HeaderName = HeaderName::from_static(TRACEPARENT);
+
+/// The `x-request-id` name, made once.
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Counts and times one answer. Looking a series up in the registry (a key
 /// built from owned label strings, hashed) costs more than updating it, so
@@ -400,7 +403,7 @@ impl Observation {
         let (cx, parent) = TraceContext::span_under(
             request
                 .headers()
-                .get(TRACEPARENT)
+                .get(&TRACEPARENT_HEADER)
                 .and_then(|v| v.to_str().ok()),
         );
         request.extensions_mut().insert(cx);
@@ -410,7 +413,7 @@ impl Observation {
             request.uri().path(),
             request
                 .headers()
-                .get("x-request-id")
+                .get(&X_REQUEST_ID)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or(""),
             cx,

@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, Request};
+use axum::http::{HeaderMap, HeaderName, Request};
 use ipnet::IpNet;
 use tower_governor::key_extractor::KeyExtractor;
 use tower_governor::GovernorError;
@@ -65,9 +65,11 @@ fn hops_nearest_first(
     headers: &HeaderMap,
     header: ForwardedHeader,
 ) -> impl Iterator<Item = Option<IpAddr>> + '_ {
+    // Names made once: a `&'static str` is parsed again on each lookup.
+    const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
     let name = match header {
-        ForwardedHeader::XForwardedFor => "x-forwarded-for",
-        ForwardedHeader::Forwarded => "forwarded",
+        ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
+        ForwardedHeader::Forwarded => axum::http::header::FORWARDED,
     };
     headers
         .get_all(name)

@@ -226,8 +226,8 @@ where
         }
         if !trusted {
             let headers = request.headers_mut();
-            headers.remove("traceparent");
-            headers.remove("tracestate");
+            headers.remove(&TRACEPARENT);
+            headers.remove(&TRACESTATE);
         }
         Identified {
             future: self.inner.call(request),
@@ -264,7 +264,10 @@ where
     }
 }
 
+// Header names made once: a `&'static str` is parsed again on each lookup.
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 fn rate_limited(error: GovernorError) -> Response {
     match error {
