@@ -112,16 +112,21 @@ async fn run() {
         "script-baseline" => Either::Right(common::script_baseline(redis.clone(), &prefix)),
         other => panic!("BENCH_SERVE={other}: gateway, bare, baseline or script-baseline"),
     };
-    let proxy = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
     // One keep-alive connection from the proxy: `gateway::serve` gives each
-    // request its connection's clock, as it does its peer.
-    let clock = (serve == "gateway").then(gateway::timeouts::Clock::new);
+    // request its connection (peer and clock); axum's connect info, the
+    // peer, under `axum::serve` (the routes without the layers).
+    let proxy = SocketAddr::from(([127, 0, 0, 1], 40_000));
+    let connection = gateway::Connection {
+        peer: proxy,
+        clock: gateway::timeouts::Clock::new(),
+    };
     let mut answered = [0usize; 6];
     measuring_starts();
     for mut request in batch {
-        request.extensions_mut().insert(proxy);
-        if let Some(clock) = &clock {
-            request.extensions_mut().insert(clock.clone());
+        if serve == "gateway" {
+            request.extensions_mut().insert(connection.clone());
+        } else {
+            request.extensions_mut().insert(ConnectInfo(proxy));
         }
         let response = app.clone().oneshot(request).await.unwrap();
         let status = response.status().as_u16();

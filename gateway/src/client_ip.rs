@@ -11,7 +11,6 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, HeaderName, Request};
 use ipnet::IpNet;
 use tower_governor::key_extractor::KeyExtractor;
@@ -139,10 +138,8 @@ impl KeyExtractor for ClientIp {
         if let Some(Client(client)) = request.extensions().get::<Client>() {
             return Ok(*client);
         }
-        let peer = request
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip())
+        let peer = crate::Connection::peer_of(request)
+            .map(|peer| peer.ip())
             .ok_or(GovernorError::UnableToExtractKey)?;
         Ok(self.of(peer, request.headers()))
     }

@@ -32,7 +32,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, DefaultBodyLimit};
+use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -215,10 +215,7 @@ where
                 id
             }
         };
-        let peer = request
-            .extensions()
-            .get::<ConnectInfo<std::net::SocketAddr>>()
-            .map(|ConnectInfo(peer)| peer.ip());
+        let peer = crate::Connection::peer_of(&request).map(|peer| peer.ip());
         let trusted = peer.is_some_and(|peer| self.clients.is_trusted(peer));
         if let Some(peer) = peer {
             let client = Client(self.clients.of(peer, request.headers()));

@@ -194,6 +194,30 @@ pub fn app(
     edge::protect(router(state), &config)
 }
 
+/// What [`serve`] knows of a request's connection, put in the request's
+/// extensions: its peer and its timer ([`timeouts::Clock`]). One value
+/// rather than axum's `ConnectInfo` and the clock apart: each value in a
+/// request's extensions is a box of its own, and past seven their map is
+/// built again, twice its size (`scripts/edge_cost.sh` counts it).
+#[derive(Clone)]
+pub struct Connection {
+    pub peer: std::net::SocketAddr,
+    pub clock: timeouts::Clock,
+}
+
+impl Connection {
+    /// The peer of `request`: [`serve`]'s, or axum's `ConnectInfo` where
+    /// the routes are served by `axum::serve` with connect info.
+    pub fn peer_of<T>(request: &axum::http::Request<T>) -> Option<std::net::SocketAddr> {
+        let extensions = request.extensions();
+        extensions.get::<Connection>().map(|c| c.peer).or_else(|| {
+            extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|axum::extract::ConnectInfo(peer)| *peer)
+        })
+    }
+}
+
 /// Serves `state` on `listener` until `shutdown` resolves, then lets the
 /// requests in flight finish. Each connection must send a request's headers
 /// within `header_timeout_ms` or is closed, so a client trickling bytes holds
@@ -260,9 +284,10 @@ pub async fn serve(
         let timer = timeouts::ConnectionTimer(clock.clone());
         let service = app.clone().map_request(
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                let extensions = request.extensions_mut();
-                extensions.insert(axum::extract::ConnectInfo(peer));
-                extensions.insert(clock.clone());
+                request.extensions_mut().insert(Connection {
+                    peer,
+                    clock: clock.clone(),
+                });
                 request.map(axum::body::Body::new)
             },
         );

@@ -73,12 +73,13 @@ impl Clock {
     }
 
     /// The request's connection's clock ([`crate::serve`] puts it in its
-    /// extensions), or one of its own (under `axum::serve`, say).
+    /// extensions, [`crate::Connection`]), or one of its own (under
+    /// `axum::serve`, say).
     pub fn of(request: &axum::extract::Request) -> Self {
         request
             .extensions()
-            .get::<Clock>()
-            .cloned()
+            .get::<crate::Connection>()
+            .map(|connection| connection.clock.clone())
             .unwrap_or_default()
     }
 
