@@ -117,11 +117,10 @@ pub fn protect(
             timeout: Duration::from_millis(config.request_timeout_ms),
         })
         .map_request(move |request| timeouts::per_part(request, body_timeout))
-        .service(
-            routes
-                .layer(telemetry::MarkRoute)
-                .layer(DefaultBodyLimit::max(config.body_limit_bytes)),
-        );
+        // Around the router, not through `Router::layer`: that boxes every
+        // route again, a box each request clones.
+        .layer(DefaultBodyLimit::max(config.body_limit_bytes))
+        .service(routes.layer(telemetry::MarkRoute));
     Protected {
         probes,
         guarded: protected,
