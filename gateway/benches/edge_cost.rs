@@ -31,7 +31,6 @@ use axum::extract::ConnectInfo;
 use axum::http::Request;
 use boxoffice_contract::token::{now_s, Claims, TokenUse};
 use redis::AsyncCommands;
-use tower::util::Either;
 use tower::ServiceExt;
 
 #[global_allocator]
@@ -101,34 +100,48 @@ async fn run() {
 
     let config = common::gateway_config(url, &prefix);
     let state = gateway::AppState::new(redis.clone(), keyset, config).unwrap();
-    let app = match serve.as_str() {
-        "gateway" => Either::Left(gateway::app(state)),
-        "bare" => Either::Right(gateway::router(state)),
-        "baseline" => Either::Right(common::baselines(
-            redis.clone(),
-            keys.queue(),
-            format!("{prefix}:bare-joins"),
-        )),
-        "script-baseline" => Either::Right(common::script_baseline(redis.clone(), &prefix)),
-        other => panic!("BENCH_SERVE={other}: gateway, bare, baseline or script-baseline"),
-    };
     // One keep-alive connection from the proxy: `gateway::serve` gives each
-    // request its connection (peer and clock); axum's connect info, the
-    // peer, under `axum::serve` (the routes without the layers).
+    // request its connection (peer and clock) and calls the connection's
+    // own copy of the stack (`ConnectionService`); the routes without the
+    // layers and the baselines, under `axum::serve`, get axum's connect
+    // info (the peer) and a copy of the service each.
     let proxy = SocketAddr::from(([127, 0, 0, 1], 40_000));
     let connection = gateway::Connection {
         peer: proxy,
         clock: gateway::timeouts::Clock::new(),
     };
+    let (layered, plain) = match serve.as_str() {
+        "gateway" => (
+            Some(gateway::ConnectionService::new(
+                gateway::app(state),
+                connection,
+            )),
+            None,
+        ),
+        "bare" => (None, Some(gateway::router(state))),
+        "baseline" => (
+            None,
+            Some(common::baselines(
+                redis.clone(),
+                keys.queue(),
+                format!("{prefix}:bare-joins"),
+            )),
+        ),
+        "script-baseline" => (None, Some(common::script_baseline(redis.clone(), &prefix))),
+        other => panic!("BENCH_SERVE={other}: gateway, bare, baseline or script-baseline"),
+    };
     let mut answered = [0usize; 6];
     measuring_starts();
     for mut request in batch {
-        if serve == "gateway" {
-            request.extensions_mut().insert(connection.clone());
-        } else {
-            request.extensions_mut().insert(ConnectInfo(proxy));
+        let response = match (&layered, &plain) {
+            (Some(layered), _) => hyper::service::Service::call(layered, request).await,
+            (None, Some(plain)) => {
+                request.extensions_mut().insert(ConnectInfo(proxy));
+                plain.clone().oneshot(request).await
+            }
+            (None, None) => unreachable!("one of them is set"),
         }
-        let response = app.clone().oneshot(request).await.unwrap();
+        .unwrap();
         let status = response.status().as_u16();
         // The body is read, as hyper would to send it.
         let _ = axum::body::to_bytes(response.into_body(), usize::MAX).await;

@@ -145,10 +145,10 @@ where
     type Future = Either<axum::routing::future::RouteFuture<Infallible>, S::Future>;
 
     /// Ready when the guarded routes are (a router always is, so the
-    /// probes need no wait). hyper clones the service for each request and
-    /// readies the clone, so the request goes straight to it: cloning the
-    /// whole stack again (its reference counts, shared by every core) costs
-    /// each request.
+    /// probes need no wait). Each connection readies its own copy of the
+    /// stack and calls it ([`crate::ConnectionService`]), so the request
+    /// goes straight to it: cloning the whole stack again (its reference
+    /// counts, shared by every core) would cost each request.
     fn poll_ready(
         &mut self,
         cx: &mut std::task::Context<'_>,

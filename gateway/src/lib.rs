@@ -218,6 +218,58 @@ impl Connection {
     }
 }
 
+/// The routes inside their layers as one connection's hyper service: each
+/// request gets its [`Connection`] and goes to this connection's own copy of
+/// the stack. hyper-util's adapter (`TowerToHyperService`) clones the
+/// whole stack for every request instead: a dozen reference counts, shared
+/// by every core, counted up and down per request (the limiters, the
+/// routers, the trusted proxies). A connection's requests come one at a time
+/// (HTTP/1), so its copy is called in place; if the stack is not ready,
+/// the request waits in a copy of its own, as under the adapter.
+pub struct ConnectionService<S> {
+    app: std::cell::RefCell<S>,
+    connection: Connection,
+}
+
+impl<S> ConnectionService<S> {
+    pub fn new(app: S, connection: Connection) -> Self {
+        Self {
+            app: std::cell::RefCell::new(app),
+            connection,
+        }
+    }
+}
+
+impl<S, B> hyper::service::Service<axum::http::Request<B>> for ConnectionService<S>
+where
+    S: tower::Service<
+            axum::extract::Request,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone,
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future =
+        futures_util::future::Either<S::Future, tower::util::Oneshot<S, axum::extract::Request>>;
+
+    fn call(&self, request: axum::http::Request<B>) -> Self::Future {
+        use futures_util::future::Either;
+        use tower::ServiceExt;
+        let mut request = request.map(axum::body::Body::new);
+        request.extensions_mut().insert(self.connection.clone());
+        // Not borrowed past this call: the answer's future owns what it needs.
+        let mut app = self.app.borrow_mut();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match app.poll_ready(&mut cx) {
+            std::task::Poll::Ready(Ok(())) => Either::Left(app.call(request)),
+            _ => Either::Right(app.clone().oneshot(request)),
+        }
+    }
+}
+
 /// Serves `state` on `listener` until `shutdown` resolves, then lets the
 /// requests in flight finish. Each connection must send a request's headers
 /// within `header_timeout_ms` or is closed, so a client trickling bytes holds
@@ -230,7 +282,6 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     use hyper_util::rt::TokioIo;
-    use tower::ServiceExt;
 
     state.per_fan.sweep_every(per_fan::SWEEP_EVERY);
     let _refresher = state.config.identity_jwks.clone().map(|source| {
@@ -282,22 +333,11 @@ pub async fn serve(
         // The connection's timeouts share one timer (see `timeouts`).
         let clock = timeouts::Clock::new();
         let timer = timeouts::ConnectionTimer(clock.clone());
-        let service = app.clone().map_request(
-            move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(Connection {
-                    peer,
-                    clock: clock.clone(),
-                });
-                request.map(axum::body::Body::new)
-            },
-        );
+        let service = ConnectionService::new(app.clone(), Connection { peer, clock });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(timer)
             .header_read_timeout(header_timeout)
-            .serve_connection(
-                TokioIo::new(socket),
-                hyper_util::service::TowerToHyperService::new(service),
-            );
+            .serve_connection(TokioIo::new(socket), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(error) = connection.await {
@@ -331,5 +371,114 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use axum::body::Body;
+    use axum::extract::Request;
+    use axum::response::{IntoResponse, Response};
+
+    use super::*;
+
+    /// Answers each request with the peer its `Connection` names; counts
+    /// its copies; not ready for its first `not_ready` polls.
+    struct Probe {
+        copies: Arc<AtomicUsize>,
+        not_ready: usize,
+    }
+
+    impl Clone for Probe {
+        fn clone(&self) -> Self {
+            self.copies.fetch_add(1, Ordering::Relaxed);
+            Self {
+                copies: self.copies.clone(),
+                not_ready: self.not_ready,
+            }
+        }
+    }
+
+    impl tower::Service<Request> for Probe {
+        type Response = Response;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Response, Infallible>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            if self.not_ready > 0 {
+                self.not_ready -= 1;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: Request) -> Self::Future {
+            assert_eq!(self.not_ready, 0, "called before it was ready");
+            let peer = request
+                .extensions()
+                .get::<Connection>()
+                .map(|c| c.peer.to_string());
+            std::future::ready(Ok(peer.unwrap_or_default().into_response()))
+        }
+    }
+
+    fn connection() -> Connection {
+        Connection {
+            peer: std::net::SocketAddr::from(([192, 0, 2, 7], 5000)),
+            clock: timeouts::Clock::new(),
+        }
+    }
+
+    async fn text(response: Response) -> String {
+        let bytes = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    /// A connection's requests go to its own copy of the stack, with their
+    /// connection in their extensions: the stack is not copied per request.
+    #[tokio::test]
+    async fn a_connections_requests_share_its_copy_of_the_stack() {
+        let copies = Arc::new(AtomicUsize::new(0));
+        let service = ConnectionService::new(
+            Probe {
+                copies: copies.clone(),
+                not_ready: 0,
+            },
+            connection(),
+        );
+        for _ in 0..3 {
+            let response = hyper::service::Service::call(&service, Request::new(Body::empty()))
+                .await
+                .unwrap();
+            assert_eq!(text(response).await, "192.0.2.7:5000");
+        }
+        assert_eq!(copies.load(Ordering::Relaxed), 0, "copies of the stack");
+    }
+
+    /// A stack not ready yet is waited for, in a copy of its own, before
+    /// it is called.
+    #[tokio::test]
+    async fn a_stack_not_ready_is_waited_for() {
+        let copies = Arc::new(AtomicUsize::new(0));
+        let service = ConnectionService::new(
+            Probe {
+                copies: copies.clone(),
+                not_ready: 2,
+            },
+            connection(),
+        );
+        let response = hyper::service::Service::call(&service, Request::new(Body::empty()))
+            .await
+            .unwrap();
+        assert_eq!(text(response).await, "192.0.2.7:5000");
+        assert_eq!(copies.load(Ordering::Relaxed), 1, "copies of the stack");
     }
 }
