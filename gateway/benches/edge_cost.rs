@@ -110,36 +110,35 @@ async fn run() {
         peer: proxy,
         clock: gateway::timeouts::Clock::new(),
     };
-    let (layered, plain) = match serve.as_str() {
-        "gateway" => (
-            Some(gateway::ConnectionService::new(
-                gateway::app(state),
-                connection,
-            )),
-            None,
-        ),
-        "bare" => (None, Some(gateway::router(state))),
-        "baseline" => (
-            None,
-            Some(common::baselines(
-                redis.clone(),
-                keys.queue(),
-                format!("{prefix}:bare-joins"),
-            )),
-        ),
-        "script-baseline" => (None, Some(common::script_baseline(redis.clone(), &prefix))),
+    /// The gateway as `gateway::serve` runs it, or a router under
+    /// `axum::serve`.
+    enum Served<S> {
+        Layered(gateway::ConnectionService<S>),
+        Plain(axum::Router),
+    }
+    let served = match serve.as_str() {
+        "gateway" => Served::Layered(gateway::ConnectionService::new(
+            gateway::app(state),
+            connection,
+        )),
+        "bare" => Served::Plain(gateway::router(state)),
+        "baseline" => Served::Plain(common::baselines(
+            redis.clone(),
+            keys.queue(),
+            format!("{prefix}:bare-joins"),
+        )),
+        "script-baseline" => Served::Plain(common::script_baseline(redis.clone(), &prefix)),
         other => panic!("BENCH_SERVE={other}: gateway, bare, baseline or script-baseline"),
     };
     let mut answered = [0usize; 6];
     measuring_starts();
     for mut request in batch {
-        let response = match (&layered, &plain) {
-            (Some(layered), _) => hyper::service::Service::call(layered, request).await,
-            (None, Some(plain)) => {
+        let response = match &served {
+            Served::Layered(layered) => hyper::service::Service::call(layered, request).await,
+            Served::Plain(plain) => {
                 request.extensions_mut().insert(ConnectInfo(proxy));
                 plain.clone().oneshot(request).await
             }
-            (None, None) => unreachable!("one of them is set"),
         }
         .unwrap();
         let status = response.status().as_u16();

@@ -428,11 +428,19 @@ mod tests {
         }
     }
 
-    fn connection() -> Connection {
-        Connection {
+    /// A connection from 192.0.2.7:5000 to a `Probe` not ready for its
+    /// first `not_ready` polls, and the count of the probe's copies.
+    fn probed(not_ready: usize) -> (ConnectionService<Probe>, Arc<AtomicUsize>) {
+        let copies = Arc::new(AtomicUsize::new(0));
+        let probe = Probe {
+            copies: copies.clone(),
+            not_ready,
+        };
+        let connection = Connection {
             peer: std::net::SocketAddr::from(([192, 0, 2, 7], 5000)),
             clock: timeouts::Clock::new(),
-        }
+        };
+        (ConnectionService::new(probe, connection), copies)
     }
 
     async fn text(response: Response) -> String {
@@ -446,14 +454,7 @@ mod tests {
     /// connection in their extensions: the stack is not copied per request.
     #[tokio::test]
     async fn a_connections_requests_share_its_copy_of_the_stack() {
-        let copies = Arc::new(AtomicUsize::new(0));
-        let service = ConnectionService::new(
-            Probe {
-                copies: copies.clone(),
-                not_ready: 0,
-            },
-            connection(),
-        );
+        let (service, copies) = probed(0);
         for _ in 0..3 {
             let response = hyper::service::Service::call(&service, Request::new(Body::empty()))
                 .await
@@ -467,14 +468,7 @@ mod tests {
     /// it is called.
     #[tokio::test]
     async fn a_stack_not_ready_is_waited_for() {
-        let copies = Arc::new(AtomicUsize::new(0));
-        let service = ConnectionService::new(
-            Probe {
-                copies: copies.clone(),
-                not_ready: 2,
-            },
-            connection(),
-        );
+        let (service, copies) = probed(2);
         let response = hyper::service::Service::call(&service, Request::new(Body::empty()))
             .await
             .unwrap();
