@@ -351,8 +351,11 @@ impl KeySet {
                 .map_err(|_| TokenError::Malformed)?;
             &heap[..]
         };
+        // Checked as UTF-8 once, whole, rather than string by string as
+        // `from_slice` does.
+        let json = std::str::from_utf8(json).map_err(|_| TokenError::Malformed)?;
         let claims: QueueClaims<'_> =
-            serde_json::from_slice(json).map_err(|_| TokenError::Malformed)?;
+            serde_json::from_str(json).map_err(|_| TokenError::Malformed)?;
         self.check_claims(&claims, TokenUse::Queue, event_id)?;
         Ok(take(claims))
     }
@@ -775,6 +778,26 @@ mod tests {
             60,
         ));
         assert!(keys.queue_ticket_fan(&access, "ev1").is_err());
+    }
+
+    /// Claims signed with the queue secret but not UTF-8 (or not JSON) are
+    /// refused as malformed.
+    #[test]
+    fn signed_claims_that_are_not_utf8_json_are_malformed() {
+        let keys = keys();
+        for payload in [&b"{\"iss\":\"\xff\"}"[..], b"\xc3", b"not json"] {
+            let signed = format!("{QUEUE_HEADER}.{}", URL_SAFE_NO_PAD.encode(payload));
+            let mut mac = Hmac::<Sha256>::new_from_slice(SECRET).unwrap();
+            mac.update(signed.as_bytes());
+            let ticket = format!(
+                "{signed}.{}",
+                URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+            );
+            assert_eq!(
+                keys.queue_ticket_fan(&ticket, "ev1"),
+                Err(TokenError::Malformed)
+            );
+        }
     }
 
     #[test]
