@@ -101,6 +101,10 @@ struct Fixed {
 }
 
 const SCRIPT_BASELINE: &str = "baseline: axum + the join script (EVALSHA)";
+/// The row of the join against [`SCRIPT_BASELINE`].
+const JOIN_VS_SCRIPT: &str = "POST /v1/events/{id}/queue, vs the script";
+/// The row of the routes without the layers, under each endpoint's.
+const WITHOUT_LAYERS: &str = "  the same without the protective layers";
 
 /// The middle value (the mean of the two middle ones for an even count).
 fn median(values: impl Iterator<Item = f64>) -> f64 {
@@ -735,26 +739,11 @@ async fn bench() {
         let (baseline, name) = kind.labels();
         row(baseline, rounds, base, base);
         row(name, rounds, ours, base);
-        row(
-            "  the same without the protective layers",
-            rounds,
-            bare,
-            base,
-        );
+        row(WITHOUT_LAYERS, rounds, bare, base);
         if *kind == Kind::Join {
             row(SCRIPT_BASELINE, rounds, script_base, base);
-            row(
-                "POST /v1/events/{id}/queue, vs the script",
-                rounds,
-                ours,
-                script_base,
-            );
-            row(
-                "  the same without the protective layers",
-                rounds,
-                bare,
-                script_base,
-            );
+            row(JOIN_VS_SCRIPT, rounds, ours, script_base);
+            row(WITHOUT_LAYERS, rounds, bare, script_base);
         }
     }
     let status_ours = median(saturated[0].1.iter().map(|r| r.ours.requests_per_s));
@@ -793,7 +782,7 @@ async fn bench() {
         let (baseline, name) = kind.labels();
         cpu_row(baseline, rounds, base);
         cpu_row(name, rounds, ours);
-        cpu_row("  the same without the protective layers", rounds, bare);
+        cpu_row(WITHOUT_LAYERS, rounds, bare);
         if *kind == Kind::Join {
             cpu_row(SCRIPT_BASELINE, rounds, script_base);
         }
@@ -828,19 +817,11 @@ async fn bench() {
         let (baseline, name) = kind.labels();
         fixed_row(baseline, base, base);
         fixed_row(name, ours, base);
-        fixed_row("  the same without the protective layers", bare, base);
+        fixed_row(WITHOUT_LAYERS, bare, base);
         if let Some(script_base) = script_base {
             fixed_row(SCRIPT_BASELINE, script_base, base);
-            fixed_row(
-                "POST /v1/events/{id}/queue, vs the script",
-                ours,
-                script_base,
-            );
-            fixed_row(
-                "  the same without the protective layers",
-                bare,
-                script_base,
-            );
+            fixed_row(JOIN_VS_SCRIPT, ours, script_base);
+            fixed_row(WITHOUT_LAYERS, bare, script_base);
         }
     }
     common::cleanup(&mut redis, &prefix).await;
