@@ -145,7 +145,7 @@ const QUEUE_HEADER: &str = "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9";
 
 /// A queue ticket's claims read in place from the decoded payload: the
 /// strings are borrowed unless JSON escapes in them had to be undone.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct QueueClaims<'a> {
     #[serde(borrow)]
     iss: std::borrow::Cow<'a, str>,
@@ -161,6 +161,80 @@ struct QueueClaims<'a> {
     token_use: TokenUse,
     #[serde(default)]
     order_id: Option<Uuid>,
+}
+
+impl<'a> QueueClaims<'a> {
+    /// Claims as [`KeySet::sign`] writes a queue ticket's, read by a short
+    /// path: the fields in [`Claims`]' order, no `order_id`, no space, no
+    /// escape, no number but plain digits. `None` for anything else, which
+    /// `serde_json` then reads (or refuses). Where this reads claims, they
+    /// are what `serde_json` reads from the same text (tests hold it).
+    fn read_as_signed(json: &'a str) -> Option<Self> {
+        let mut rest = json.strip_prefix(r#"{"iss":"#)?;
+        let iss = take_str(&mut rest)?;
+        rest = rest.strip_prefix(r#","aud":"#)?;
+        let aud = take_str(&mut rest)?;
+        rest = rest.strip_prefix(r#","sub":"#)?;
+        let sub = take_str(&mut rest)?;
+        rest = rest.strip_prefix(r#","jti":"#)?;
+        let jti = take_str(&mut rest)?;
+        rest = rest.strip_prefix(r#","iat":"#)?;
+        let iat = take_u64(&mut rest)?;
+        rest = rest.strip_prefix(r#","nbf":"#)?;
+        let nbf = take_u64(&mut rest)?;
+        rest = rest.strip_prefix(r#","exp":"#)?;
+        let exp = take_u64(&mut rest)?;
+        rest = rest.strip_prefix(r#","token_use":"#)?;
+        let token_use = match take_str(&mut rest)? {
+            "queue" => TokenUse::Queue,
+            "access" => TokenUse::Access,
+            "order" => TokenUse::Order,
+            _ => return None,
+        };
+        (rest == "}").then_some(Self {
+            iss: iss.into(),
+            aud: aud.into(),
+            sub: sub.into(),
+            jti: jti.into(),
+            iat,
+            nbf,
+            exp,
+            token_use,
+            order_id: None,
+        })
+    }
+}
+
+/// A JSON string with nothing to undo (no escape) at the start of `rest`,
+/// taken off it.
+fn take_str<'a>(rest: &mut &'a str) -> Option<&'a str> {
+    let text = rest.strip_prefix('"')?;
+    let end = text
+        .bytes()
+        .position(|byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
+    if text.as_bytes()[end] != b'"' {
+        return None;
+    }
+    *rest = &text[end + 1..];
+    Some(&text[..end])
+}
+
+/// A JSON number of plain digits that fits a `u64` (no sign, fraction,
+/// exponent or leading zero) at the start of `rest`, taken off it.
+fn take_u64(rest: &mut &str) -> Option<u64> {
+    let mut number = 0u64;
+    let mut digits = 0;
+    for byte in rest.bytes().take_while(u8::is_ascii_digit) {
+        number = number
+            .checked_mul(10)?
+            .checked_add(u64::from(byte - b'0'))?;
+        digits += 1;
+    }
+    if digits == 0 || (digits > 1 && rest.starts_with('0')) {
+        return None;
+    }
+    *rest = &rest[digits..];
+    Some(number)
 }
 
 /// The JWK `kid` of an Ed25519 public key: a short hash, stable across restarts.
@@ -354,8 +428,11 @@ impl KeySet {
         // Checked as UTF-8 once, whole, rather than string by string as
         // `from_slice` does.
         let json = std::str::from_utf8(json).map_err(|_| TokenError::Malformed)?;
-        let claims: QueueClaims<'_> =
-            serde_json::from_str(json).map_err(|_| TokenError::Malformed)?;
+        // Claims as we sign them by the short path; any other JSON by serde.
+        let claims = match QueueClaims::read_as_signed(json) {
+            Some(claims) => claims,
+            None => serde_json::from_str(json).map_err(|_| TokenError::Malformed)?,
+        };
         self.check_claims(&claims, TokenUse::Queue, event_id)?;
         Ok(take(claims))
     }
@@ -797,6 +874,77 @@ mod tests {
                 keys.queue_ticket_fan(&ticket, "ev1"),
                 Err(TokenError::Malformed)
             );
+        }
+    }
+
+    /// The claims of a queue ticket as `sign` writes them.
+    fn signed_claims_json(claims: &Claims) -> String {
+        let ticket = keys().sign(claims);
+        let payload = ticket.split('.').nth(1).unwrap();
+        String::from_utf8(URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn claims_as_signed_are_read_by_the_short_path_as_serde_reads_them() {
+        let mut claims = Claims::new("boxoffice", "ev1", "fan-1", TokenUse::Queue, now_s(), 600);
+        claims.iat = 0;
+        let json = signed_claims_json(&claims);
+        let short = QueueClaims::read_as_signed(&json).expect("read by the short path");
+        assert_eq!(short, serde_json::from_str::<QueueClaims>(&json).unwrap());
+        assert_eq!((short.sub.as_ref(), short.iat), ("fan-1", 0));
+        // Anything else is left to serde.
+        for other in [
+            json.replace(r#""iss":"#, r#""iss" :"#),
+            json.replace("}", r#","order_id":null}"#),
+            json.replace(r#""iat":0"#, r#""iat":00"#),
+            json.replace(r#""iat":0"#, r#""iat":0.0"#),
+            json.replace("fan-1", r#"fan\u002d1"#),
+            json.replace(r#""queue""#, r#""Queue""#),
+            format!("{json} "),
+        ] {
+            assert_eq!(QueueClaims::read_as_signed(&other), None, "{other}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Claims with any strings and numbers, as signed: where the short
+        /// path reads them, serde reads the same; it reads every one with
+        /// nothing to escape.
+        #[test]
+        fn the_short_path_reads_signed_claims_as_serde_does(
+            iss in ".{0,12}", aud in ".{0,12}", sub in "\\PC{0,40}", jti in ".{0,12}",
+            iat: u64, nbf: u64, exp: u64, token_use in 0usize..3,
+        ) {
+            let token_use = [TokenUse::Queue, TokenUse::Access, TokenUse::Order][token_use];
+            let claims = Claims { iss, aud, sub, jti, iat, nbf, exp, token_use, order_id: None };
+            let json = serde_json::to_string(&claims).unwrap();
+            let serde: QueueClaims = serde_json::from_str(&json).unwrap();
+            match QueueClaims::read_as_signed(&json) {
+                Some(short) => proptest::prop_assert_eq!(short, serde),
+                None => proptest::prop_assert!(
+                    json.contains('\\'),
+                    "not read by the short path: {}", json
+                ),
+            }
+        }
+
+        /// Whatever text the short path reads, serde reads the same from it.
+        #[test]
+        fn what_the_short_path_reads_serde_reads_alike(
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            cut in 0usize..3,
+            insert in "[\"\\\\0-9a-z:,{} .eE+-]{0,3}",
+        ) {
+            let claims = Claims::new("boxoffice", "ev1", "fan-1", TokenUse::Queue, 1_700_000_000, 600);
+            let json = serde_json::to_string(&claims).unwrap();
+            let at = at.index(json.len());
+            let end = (at + cut).min(json.len());
+            let changed = format!("{}{insert}{}", &json[..at], &json[end..]);
+            if let Some(short) = QueueClaims::read_as_signed(&changed) {
+                proptest::prop_assert_eq!(Ok(short), serde_json::from_str::<QueueClaims>(&changed).map_err(|_| ()));
+            }
         }
     }
 
