@@ -105,14 +105,19 @@ impl Room {
             .headers()
             .get("retry-after")
             .map(|v| v.to_str().unwrap().to_owned());
+        let content_type = response.headers().get("content-type").cloned();
         let body = axum::body::to_bytes(response.into_body(), 1 << 20)
             .await
             .unwrap();
-        (
-            status,
-            retry,
-            serde_json::from_slice(&body).unwrap_or(Value::Null),
-        )
+        let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if status.is_success() && body.is_object() {
+            assert_eq!(
+                content_type.as_ref().map(|v| v.to_str().unwrap()),
+                Some("application/json"),
+                "{body}"
+            );
+        }
+        (status, retry, body)
     }
 
     async fn join(&self, fan: &str) -> (StatusCode, Option<String>, Value) {
