@@ -79,9 +79,7 @@ impl Claims {
             order_id: None,
         }
     }
-}
 
-impl Claims {
     /// The claims' JSON, byte for byte as `serde_json` writes them, written
     /// by hand where no string needs an escape and there is no `order_id`
     /// (every queue ticket: a join signs one), else by `serde_json`.
