@@ -85,12 +85,7 @@ impl Claims {
     /// (every queue ticket: a join signs one), else by `serde_json`.
     fn to_json(&self) -> Vec<u8> {
         let strings = [&self.iss, &self.aud, &self.sub, &self.jti];
-        let plain = |text: &String| {
-            text.bytes().fold(true, |plain, b| {
-                plain & (b >= 0x20 && b != b'"' && b != b'\\')
-            })
-        };
-        if self.order_id.is_some() || !strings.iter().all(|text| plain(text)) {
+        if self.order_id.is_some() || !strings.iter().all(|text| is_plain_json_string(text)) {
             return serde_json::to_vec(self).expect("serializing claims");
         }
         let mut json = Vec::with_capacity(128 + strings.iter().map(|s| s.len()).sum::<usize>());
@@ -242,13 +237,24 @@ impl<'a> QueueClaims<'a> {
     }
 }
 
+/// Whether `serde_json` escapes `byte` in a string: a quote, a backslash or
+/// a control character.
+fn json_escapes(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+/// Whether `serde_json` writes `text` between the quotes as it is, no byte
+/// escaped. Looks at every byte, a pass that vectorises.
+pub fn is_plain_json_string(text: &str) -> bool {
+    text.bytes()
+        .fold(true, |plain, byte| plain & !json_escapes(byte))
+}
+
 /// A JSON string with nothing to undo (no escape) at the start of `rest`,
 /// taken off it.
 fn take_str<'a>(rest: &mut &'a str) -> Option<&'a str> {
     let text = rest.strip_prefix('"')?;
-    let end = text
-        .bytes()
-        .position(|byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
+    let end = text.bytes().position(json_escapes)?;
     if text.as_bytes()[end] != b'"' {
         return None;
     }

@@ -439,10 +439,7 @@ impl Joined {
     /// nothing JSON escapes. Checked here all the same (a pass that
     /// vectorises), else written by `serde_json`.
     fn to_json(&self) -> Vec<u8> {
-        let plain = self.queue_ticket.bytes().fold(true, |plain, b| {
-            plain & (b >= 0x20 && b != b'"' && b != b'\\')
-        });
-        if !plain {
+        if !boxoffice_contract::token::is_plain_json_string(&self.queue_ticket) {
             return serde_json::to_vec(self).expect("a Joined serialises");
         }
         let mut json = Vec::with_capacity(96 + self.fan_id.len() + self.queue_ticket.len());
