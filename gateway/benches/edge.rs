@@ -36,7 +36,9 @@
 //! Knobs: BENCH_SECONDS (default 8), BENCH_ROUNDS (3), BENCH_CONNECTIONS (64), BENCH_FANS
 //! (1000000, for the memory figure), BENCH_RATE_SHARE (0.5), BENCH_LOG (the
 //! log filter, `info`), BENCH_LOG_JSON (`true` for the JSON lines of k8s/;
-//! default `false`, the plain text of compose).
+//! default `false`, the plain text of compose), BENCH_BASELINE_SPIN_NS (0:
+//! CPU the status baseline burns per request, to compare tails at equal CPU;
+//! see `common::baselines`).
 
 mod common;
 

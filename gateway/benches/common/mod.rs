@@ -75,16 +75,40 @@ struct Fan {
     fan_id: String,
 }
 
+/// CPU the status baseline burns on each request before its ZRANK:
+/// `BENCH_BASELINE_SPIN_NS` (default 0, none). Set to the gateway's extra
+/// server CPU per poll (the edge benchmark's CPU table), it gives a baseline
+/// as costly as the gateway, so the fixed-rate tails compare at equal CPU:
+/// what is left of the gap is not the extra work's queueing.
+fn baseline_spin() -> std::time::Duration {
+    static SPIN: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        std::time::Duration::from_nanos(
+            std::env::var("BENCH_BASELINE_SPIN_NS")
+                .ok()
+                .and_then(|ns| ns.parse().ok())
+                .unwrap_or(0),
+        )
+    })
+}
+
 /// The least an edge handler can do for each, at the gateway's paths: one
 /// ZRANK of a fan in `queue` (`filler-0`, whom both benches put in line) for
-/// the status poll, or one ZADD to `bare` of the fan named in the body for
-/// the join.
+/// the status poll (after [`baseline_spin`]), or one ZADD to `bare` of the
+/// fan named in the body for the join.
 pub fn baselines(redis: ConnectionManager, queue: String, bare: String) -> Router {
+    let spin = baseline_spin();
     Router::new()
         .route(
             "/v1/events/ev/queue/status",
             get(
-                |State((mut redis, queue, _)): State<(ConnectionManager, String, String)>| async move {
+                move |State((mut redis, queue, _)): State<(ConnectionManager, String, String)>| async move {
+                    if !spin.is_zero() {
+                        let started = std::time::Instant::now();
+                        while started.elapsed() < spin {
+                            std::hint::spin_loop();
+                        }
+                    }
                     let rank: Option<u64> = redis.zrank(&queue, "filler-0").await.unwrap_or(None);
                     Json(serde_json::json!({ "position": rank.map(|r| r + 1) }))
                 },
