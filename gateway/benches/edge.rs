@@ -856,15 +856,15 @@ async fn memory(redis: &mut ConnectionManager) {
                     .key(keys.seq())
                     .key(keys.active())
                     .key(keys.joins())
-                    .arg(&fan)
                     .arg(at)
                     .arg(fans + 1)
-                    .arg("")
                     .arg(if cache.take_sample("mem", at) {
                         "1"
                     } else {
                         "0"
-                    }),
+                    })
+                    .arg(&fan)
+                    .arg(""),
             )
             .ignore();
         }

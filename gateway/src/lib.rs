@@ -30,6 +30,7 @@ pub mod config;
 pub mod edge;
 pub mod events;
 pub mod identity;
+pub mod joins;
 pub mod orders;
 pub mod per_fan;
 pub mod pow;
@@ -73,6 +74,8 @@ pub struct Shared {
     pub config: Arc<Config>,
     pub upstream: upstream::Upstream,
     pub scripts: Arc<Scripts>,
+    /// The joins on their way to Redis, batched (see [`joins`]).
+    pub joins: Arc<joins::Joins>,
     pub events: Arc<cache::EventCache>,
     pub per_fan: Arc<per_fan::PerFan>,
     /// The site login's keys, for `account` events (unset: such joins get 503).
@@ -83,7 +86,6 @@ pub struct Shared {
 
 /// The Lua scripts of the hot paths, loaded once (EVALSHA after the first call).
 pub struct Scripts {
-    pub join: Script,
     pub spend: Script,
     pub hold_over: Script,
 }
@@ -125,6 +127,7 @@ impl AppState {
             )?;
             identity.set(provider);
         }
+        let joins = Arc::new(joins::Joins::new(redis.clone()));
         Ok(Self(Arc::new(Shared {
             identity,
             readiness: tokio::sync::Mutex::new(None),
@@ -134,8 +137,8 @@ impl AppState {
             events,
             config: Arc::new(config),
             upstream,
+            joins,
             scripts: Arc::new(Scripts {
-                join: Script::new(include_str!("join.lua")),
                 spend: Script::new(include_str!("spend.lua")),
                 hold_over: Script::new(include_str!("hold_over.lua")),
             }),

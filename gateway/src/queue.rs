@@ -24,6 +24,7 @@ use utoipa_axum::routes;
 
 use crate::cache::EdgeEvent;
 use crate::events::unknown_event;
+use crate::joins::Join;
 use crate::{pow, redis_down, AppState};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -345,20 +346,16 @@ async fn join(
         String::new()
     };
     let sample = prequeue_score.is_empty() && state.events.take_sample(&event_id, now);
-    let mut redis = state.redis.clone();
-    let reply: String = state
-        .scripts
-        .join
-        .key(keys.queue())
-        .key(keys.seq())
-        .key(keys.active())
-        .key(keys.joins())
-        .arg(&fan_id)
-        .arg(now)
-        .arg(config.max_queue)
-        .arg(prequeue_score)
-        .arg(if sample { "1" } else { "0" })
-        .invoke_async(&mut redis)
+    let reply = state
+        .joins
+        .join(Join {
+            keys,
+            fan_id: fan_id.clone(),
+            now_ms: now,
+            max_queue: config.max_queue,
+            prequeue_score,
+            sample,
+        })
         .await
         .map_err(redis_down)?;
     let (outcome, a, b) = join_outcome(&reply);

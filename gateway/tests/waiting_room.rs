@@ -21,6 +21,7 @@ struct Room {
     redis: RedisLink,
     prefix: String,
     keys: EventKeys,
+    state: gateway::AppState,
     app: axum::Router,
 }
 
@@ -69,12 +70,13 @@ impl Room {
             c
         };
         let keyset = KeySet::from_pems("boxoffice", &generate_ed25519_pem(), &[], SECRET).unwrap();
-        let app =
-            gateway::router(gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap());
+        let state = gateway::AppState::new(redis.clone(), keyset, gateway_config).unwrap();
+        let app = gateway::router(state.clone());
         Self {
             redis,
             prefix,
             keys,
+            state,
             app,
         }
     }
@@ -128,6 +130,10 @@ impl Room {
                 .unwrap(),
         )
         .await
+    }
+
+    async fn join_owned(&self, fan: String) -> (StatusCode, Option<String>, Value) {
+        self.join(&fan).await
     }
 
     async fn status(&self, ticket: &str) -> (StatusCode, Option<String>, Value) {
@@ -280,6 +286,266 @@ async fn a_full_room_answers_429_with_retry_after() {
         "those inside can still check in"
     );
     room.cleanup().await;
+}
+
+/// Joins that come together share calls of the join script (`joins.rs`),
+/// and each is answered as if it had come alone: a place of its own for
+/// every new fan, the same place for a fan who joined twice at once.
+#[tokio::test]
+async fn joins_that_come_together_share_script_calls_and_each_keeps_its_own_place() {
+    let room = Room::new(config(1.0)).await;
+    let fans: Vec<String> = (0..150).map(|i| format!("fan-{i}")).collect();
+    // Every third fan joins twice, at the same time.
+    let joins = fans.iter().chain(fans.iter().step_by(3));
+    let answers = futures_util::future::join_all(joins.map(|fan| room.join(fan))).await;
+    assert!(
+        room.state.joins.calls() < answers.len() as u64 / 2,
+        "{} joins in {} calls",
+        answers.len(),
+        room.state.joins.calls()
+    );
+    let mut places = std::collections::HashMap::new();
+    let mut created = 0;
+    for (fan, (status, _, body)) in fans.iter().chain(fans.iter().step_by(3)).zip(&answers) {
+        assert!(status.is_success(), "{status} {body}");
+        created += usize::from(*status == StatusCode::CREATED);
+        let place = body["position"].as_u64().unwrap();
+        assert_eq!(*places.entry(fan.clone()).or_insert(place), place, "{fan}");
+    }
+    assert_eq!(created, fans.len(), "one 201 per fan, a 200 for the other");
+    let mut sorted: Vec<u64> = places.values().copied().collect();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=150).collect::<Vec<u64>>());
+    let mut redis = room.redis.clone();
+    let queued: u64 = redis.zcard(room.keys.queue()).await.unwrap();
+    let seq: u64 = redis.get(room.keys.seq()).await.unwrap();
+    assert_eq!((queued, seq), (150, 150));
+    // The line's order is the places given.
+    let line: Vec<String> = redis.zrange(room.keys.queue(), 0, -1).await.unwrap();
+    for (rank, fan) in line.iter().enumerate() {
+        assert_eq!(places[fan], rank as u64 + 1, "{fan}");
+    }
+    room.cleanup().await;
+}
+
+#[tokio::test]
+async fn joins_that_come_together_never_overfill_the_room() {
+    let mut config = config(1.0);
+    config.max_queue = 40;
+    let room = Room::new(config).await;
+    let answers =
+        futures_util::future::join_all((0..120).map(|i| room.join_owned(format!("fan-{i}")))).await;
+    let created = answers
+        .iter()
+        .filter(|(status, _, _)| *status == StatusCode::CREATED)
+        .count();
+    let full = answers
+        .iter()
+        .filter(|(status, _, body)| {
+            *status == StatusCode::TOO_MANY_REQUESTS && slug(body) == "room-full"
+        })
+        .count();
+    assert_eq!((created, full), (40, 80));
+    let queued: u64 = room.redis.clone().zcard(room.keys.queue()).await.unwrap();
+    assert_eq!(queued, 40);
+    room.cleanup().await;
+}
+
+/// One call of the join script with many fans: each answered as it would
+/// be alone, in order (the call `joins.rs` makes for joins that came
+/// together), whatever their mix.
+#[tokio::test]
+async fn one_call_of_the_join_script_answers_each_fan_as_if_alone() {
+    let room = Room::new(config(1.0)).await;
+    let mut redis = room.redis.clone();
+    let caller = room.redis.clone();
+    let keys = &room.keys;
+    let now = now_ms();
+    let script = redis::Script::new(include_str!("../src/join.lua"));
+    let call = |max_queue: u64, fans: &[(&str, &str)]| {
+        let mut invocation = script.key(keys.queue());
+        invocation
+            .key(keys.seq())
+            .key(keys.active())
+            .key(keys.joins())
+            .arg(now)
+            .arg(max_queue)
+            .arg("1");
+        for (fan, prequeue) in fans {
+            invocation.arg(*fan).arg(*prequeue);
+        }
+        let mut redis = caller.clone();
+        async move {
+            let reply: String = invocation.invoke_async(&mut redis).await.unwrap();
+            reply.lines().map(str::to_owned).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        call(10, &[("a", ""), ("b", "")]).await,
+        ["waiting 1 0", "waiting 2 0"]
+    );
+    let _: () = redis
+        .zadd(keys.active(), "admitted", now + 60_000)
+        .await
+        .unwrap();
+    let _: () = redis.zadd(keys.active(), "lapsed", now - 1).await.unwrap();
+    let answers = call(
+        6,
+        &[
+            ("c", ""),
+            ("a", ""),
+            ("admitted", ""),
+            ("c", ""),
+            ("early", "5"),
+            ("c", ""),
+            ("lapsed", ""),
+            ("d", ""),
+            ("e", ""),
+            ("b", ""),
+        ],
+    )
+    .await;
+    let admitted = format!("admitted {} 1", now + 60_000);
+    assert_eq!(
+        answers,
+        [
+            "waiting 3 0",     // c: new, last in line
+            "waiting 1 1",     // a: already in line
+            admitted.as_str(), // admitted: not queued again
+            "waiting 3 1",     // c again, in the same call
+            "waiting 1 0",     // a prequeue place goes ahead of all
+            "waiting 4 1",     // c, one more ahead of it now
+            "waiting 5 0",     // an admission that lapsed: queued anew
+            "waiting 6 0",     // d: the sixth and last place
+            "room-full 0 0",   // e: the room holds six
+            "waiting 3 1",     // b: in line, full room or not
+        ]
+    );
+    let line: Vec<(String, f64)> = redis.zrange_withscores(keys.queue(), 0, -1).await.unwrap();
+    let line: Vec<(&str, f64)> = line.iter().map(|(fan, s)| (fan.as_str(), *s)).collect();
+    let fifo = 281_474_976_710_656.0;
+    assert_eq!(
+        line,
+        [
+            ("early", 5.0),
+            ("a", fifo + 1.0),
+            ("b", fifo + 2.0),
+            ("c", fifo + 3.0),
+            ("lapsed", fifo + 4.0),
+            ("d", fifo + 5.0),
+        ]
+    );
+    let seq: u64 = redis.get(keys.seq()).await.unwrap();
+    assert_eq!(seq, 5, "one sequence number per new FIFO fan");
+    let samples: Vec<String> = redis.zrange(keys.joins(), 0, -1).await.unwrap();
+    assert_eq!(samples, [format!("2:{now}"), format!("5:{now}")]);
+    room.cleanup().await;
+}
+
+/// While Redis stalls, joins wait in the gateway for a call of the script,
+/// but no more than `MAX_WAITING` of them: the rest are refused at once. A
+/// join given up while it waited is not sent when Redis answers again.
+/// Against a Redis of this test's own, paused with `CLIENT PAUSE … WRITE`
+/// (which holds every script).
+#[tokio::test]
+async fn while_redis_stalls_the_waiting_joins_are_bounded_and_given_up_ones_are_not_sent() {
+    use gateway::joins::{Join, Joins, IN_FLIGHT, MAX_WAITING};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    /// Killed when the test ends, however it ends.
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Server(
+        std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH"),
+    );
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut redis = None;
+    for _ in 0..100 {
+        match boxoffice_contract::redis_link::connect(&url).await {
+            Ok(connected) => {
+                redis = Some(connected);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let mut redis = redis.expect("redis-server did not start");
+    // A connection of their own: the paused one would hold the UNPAUSE
+    // behind the scripts it is pipelining.
+    let joined = boxoffice_contract::redis_link::connect(&url).await.unwrap();
+    let joins = std::sync::Arc::new(Joins::new(joined));
+    let keys = EventKeys::new("stall", "ev");
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(20_000)
+        .arg("WRITE")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let refused = 100;
+    let tasks: Vec<_> = (0..IN_FLIGHT + MAX_WAITING + refused)
+        .map(|i| {
+            let (joins, keys) = (joins.clone(), keys.clone());
+            tokio::spawn(async move {
+                joins
+                    .join(Join {
+                        keys,
+                        fan_id: format!("fan-{i}"),
+                        now_ms: now_ms(),
+                        max_queue: 1_000_000,
+                        prequeue_score: String::new(),
+                        sample: false,
+                    })
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (done, waiting): (Vec<_>, Vec<_>) = tasks.into_iter().partition(|t| t.is_finished());
+    assert_eq!(
+        done.len(),
+        refused,
+        "the joins past the bound answered at once"
+    );
+    for task in done {
+        let error = task.await.unwrap().unwrap_err();
+        assert_eq!(error.kind(), redis::ErrorKind::ClientError, "{error}");
+    }
+    // Half the waiting joins are given up (their requests dropped).
+    let (mut given_up, asking): (Vec<_>, Vec<_>) = waiting
+        .into_iter()
+        .enumerate()
+        .partition(|(i, _)| *i >= IN_FLIGHT && i % 2 == 0);
+    for (_, task) in &given_up {
+        task.abort();
+    }
+    for (_, task) in &mut given_up {
+        assert!(task.await.unwrap_err().is_cancelled());
+    }
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    for (_, task) in asking {
+        let answer = task.await.unwrap().unwrap();
+        assert!(answer.starts_with("waiting "), "{answer}");
+    }
+    let queued: usize = redis.zcard(keys.queue()).await.unwrap();
+    assert_eq!(queued, IN_FLIGHT + MAX_WAITING - given_up.len());
 }
 
 #[tokio::test]

@@ -128,7 +128,8 @@ pub fn baselines(redis: ConnectionManager, queue: String, bare: String) -> Route
 }
 
 /// The same one round trip as the gateway's join, and nothing else: the
-/// join script (one EVALSHA) for the fan named in the body, on an event of
+/// join script (one EVALSHA) for the fan named in the body, one fan a call,
+/// as the gateway calls it when no other join is with Redis, on an event of
 /// its own under `prefix`. Against it, the join's ratio is the gateway's own
 /// cost around the Redis work the join must do; against [`baselines`]' ZADD,
 /// it is that cost and the script's.
@@ -150,11 +151,11 @@ pub fn script_baseline(redis: ConnectionManager, prefix: &str) -> Router {
                         .key(keys.seq())
                         .key(keys.active())
                         .key(keys.joins())
-                        .arg(&fan.fan_id)
                         .arg(now_ms())
                         .arg(100_000_000u64)
-                        .arg("")
                         .arg("0")
+                        .arg(&fan.fan_id)
+                        .arg("")
                         .invoke_async(&mut redis)
                         .await
                         .unwrap_or_default();
