@@ -432,6 +432,16 @@ async fn after_a_purchase_every_named_metric_is_exported_with_a_plausible_value(
             &|v| v > 0.0 && v < 30.0,
         ),
         (
+            "boxoffice_join_calls_total",
+            value(&all, "boxoffice_join_calls_total", &[]),
+            &|v| v >= 1.0,
+        ),
+        (
+            "boxoffice_join_fans_total",
+            value(&all, "boxoffice_join_fans_total", &[]),
+            &|v| v >= 1.0,
+        ),
+        (
             "boxoffice_orders_total{confirmed}",
             value(&all, "boxoffice_orders_total", &[("status", "confirmed")]),
             &|v| v >= 1.0,
