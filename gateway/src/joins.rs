@@ -10,8 +10,9 @@
 //! many gateways there are. Most of that cost is Lua's own (the call and each
 //! `redis.call` in it), not the sorted set's. On a 2-core AMD EPYC VM
 //! (`redis-benchmark -c 50`, Redis 7.0.15, its CPU time over the fans
-//! queued): 7.8-8.0 µs of Redis CPU a fan in calls of one, 3.3 in calls of
-//! 8, 2.4-2.7 in calls of 32, against 2.8 for a bare `ZADD`.
+//! queued; BENCHMARKS.md has the command): 8.7-9.0 µs of Redis CPU a fan in
+//! calls of one, 3.9-4.5 in calls of 8, 2.8-2.9 in calls of 32 and 2.5-2.7
+//! in calls of 64, against 3.1-3.3 for a bare `ZADD`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
