@@ -15,10 +15,11 @@
 //! in calls of 64, against 3.1-3.3 for a bare `ZADD`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use boxoffice_contract::keys::EventKeys;
 use boxoffice_contract::redis_link::RedisLink;
+use metrics::Counter;
 use redis::{ErrorKind, RedisError, Script};
 use tokio::sync::oneshot;
 
@@ -81,6 +82,9 @@ pub struct Joins {
     script: Script,
     lane: Mutex<Lane>,
     calls: AtomicU64,
+    /// `boxoffice_join_calls_total` and `boxoffice_join_fans_total`, looked
+    /// up at the first call (after the recorder is installed), not at each.
+    counters: OnceLock<(Counter, Counter)>,
 }
 
 impl Joins {
@@ -90,6 +94,7 @@ impl Joins {
             script: Script::new(include_str!("join.lua")),
             lane: Mutex::default(),
             calls: AtomicU64::new(0),
+            counters: OnceLock::new(),
         }
     }
 
@@ -160,6 +165,9 @@ impl Joins {
 
     /// One call per event in `batch` (nearly always one), at once.
     async fn call(&self, batch: Vec<Waiting>) {
+        if batch.iter().all(|fan| fan.join.keys == batch[0].join.keys) {
+            return self.call_event(batch).await;
+        }
         let mut by_event: Vec<Vec<Waiting>> = Vec::new();
         for waiting in batch {
             match by_event
@@ -178,15 +186,22 @@ impl Joins {
         self.calls.fetch_add(1, Ordering::Relaxed);
         // Their ratio is the fans a call: how much of Lua's cost batching
         // saves Redis (near 1: the joins come slower than Redis answers).
-        metrics::counter!("boxoffice_join_calls_total").increment(1);
-        metrics::counter!("boxoffice_join_fans_total").increment(fans.len() as u64);
+        let (calls, fans_sent) = self.counters.get_or_init(|| {
+            (
+                metrics::counter!("boxoffice_join_calls_total"),
+                metrics::counter!("boxoffice_join_fans_total"),
+            )
+        });
+        calls.increment(1);
+        fans_sent.increment(fans.len() as u64);
         let first = &fans[0].join;
+        let now_ms = fans.iter().map(|fan| fan.join.now_ms).max();
         let mut invocation = self.script.key(first.keys.queue());
         invocation
             .key(first.keys.seq())
             .key(first.keys.active())
             .key(first.keys.joins())
-            .arg(fans.iter().map(|fan| fan.join.now_ms).max())
+            .arg(now_ms.unwrap_or(first.now_ms))
             .arg(first.max_queue)
             .arg(if fans.iter().any(|fan| fan.join.sample) {
                 "1"
@@ -201,6 +216,12 @@ impl Joins {
         let mut redis = self.redis.clone();
         let reply: Result<String, RedisError> = invocation.invoke_async(&mut redis).await;
         match reply {
+            // A lone fan (a quiet line) takes the reply as it came.
+            Ok(reply) if fans.len() == 1 && !reply.contains('\n') => {
+                if let Some(fan) = fans.into_iter().next() {
+                    let _ = fan.answer.send(Ok(reply));
+                }
+            }
             Ok(reply) if reply.split('\n').count() == fans.len() => {
                 for (fan, line) in fans.into_iter().zip(reply.split('\n')) {
                     // The request may have been given up: nobody to tell.
