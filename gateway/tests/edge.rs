@@ -7,6 +7,10 @@ use boxoffice_contract::token::{generate_ed25519_pem, now_s, Claims, KeySet, Tok
 use reqwest::StatusCode;
 use serde_json::Value;
 
+#[path = "common/own_redis.rs"]
+mod own_redis;
+use own_redis::OwnRedis;
+
 const SECRET: &[u8] = b"test-queue-secret-of-32-bytes-at-least";
 
 struct Edge {
@@ -646,49 +650,13 @@ async fn one_address_holds_at_most_its_connections() {
 /// command count is read back; and it still says when Redis is gone.
 #[tokio::test]
 async fn a_flood_of_readiness_probes_costs_redis_one_ping_per_half_second() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+    let mut server = OwnRedis::start().await;
+    let url = server.url.clone();
+    let mut admin = redis::Client::open(url.as_str())
         .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    /// Killed when the test ends, however it ends.
-    struct Server(std::process::Child);
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut server = Server(
-        std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH"),
-    );
-    let url = format!("redis://127.0.0.1:{port}");
-    let mut admin = None;
-    for _ in 0..100 {
-        if let Ok(c) = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-        {
-            admin = Some(c);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut admin = admin.expect("redis-server did not start");
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let edge = edge(|c| c.redis_url = url.clone()).await;
     let pings = |info: String| -> u64 {
         info.lines()
@@ -726,8 +694,7 @@ async fn a_flood_of_readiness_probes_costs_redis_one_ping_per_half_second() {
         "{calls} PINGs for 1000 probes in {elapsed:.2} s"
     );
 
-    server.0.kill().unwrap();
-    server.0.wait().unwrap();
+    server.kill();
     tokio::time::sleep(Duration::from_millis(600)).await;
     let status = edge
         .http

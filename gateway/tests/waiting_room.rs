@@ -15,6 +15,10 @@ use redis::AsyncCommands;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
+#[path = "common/own_redis.rs"]
+mod own_redis;
+use own_redis::OwnRedis;
+
 const SECRET: &[u8] = b"test-queue-secret-of-32-bytes-at-least";
 
 struct Room {
@@ -450,39 +454,9 @@ async fn one_call_of_the_join_script_answers_each_fan_as_if_alone() {
 #[tokio::test]
 async fn while_redis_stalls_the_waiting_joins_are_bounded_and_given_up_ones_are_not_sent() {
     use gateway::joins::{Join, Joins, IN_FLIGHT, MAX_WAITING};
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    /// Killed when the test ends, however it ends.
-    struct Server(std::process::Child);
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Server(
-        std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH"),
-    );
-    let url = format!("redis://127.0.0.1:{port}");
-    let mut redis = None;
-    for _ in 0..100 {
-        match boxoffice_contract::redis_link::connect(&url).await {
-            Ok(connected) => {
-                redis = Some(connected);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-    let mut redis = redis.expect("redis-server did not start");
+    let server = OwnRedis::start().await;
+    let url = server.url.clone();
+    let mut redis = boxoffice_contract::redis_link::connect(&url).await.unwrap();
     // A connection of their own: the paused one would hold the UNPAUSE
     // behind the scripts it is pipelining.
     let joined = boxoffice_contract::redis_link::connect(&url).await.unwrap();
