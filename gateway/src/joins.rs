@@ -152,14 +152,14 @@ impl Joins {
         loop {
             self.call(batch).await;
             let mut lane = self.lane();
-            if lane.waiting.is_empty() {
+            batch = lane.next_batch();
+            if batch.is_empty() {
                 // Given back under the same lock a join checks it with, so
                 // none is left waiting with no call to take it.
                 lane.in_flight -= 1;
                 place.held = false;
                 return;
             }
-            batch = lane.next_batch();
         }
     }
 
@@ -183,6 +183,9 @@ impl Joins {
     }
 
     async fn call_event(&self, fans: Vec<Waiting>) {
+        let Some(first) = fans.first().map(|fan| &fan.join) else {
+            return;
+        };
         self.calls.fetch_add(1, Ordering::Relaxed);
         // Their ratio is the fans a call: how much of Lua's cost batching
         // saves Redis (near 1: the joins come slower than Redis answers).
@@ -194,7 +197,6 @@ impl Joins {
         });
         calls.increment(1);
         fans_sent.increment(fans.len() as u64);
-        let first = &fans[0].join;
         let now_ms = fans.iter().map(|fan| fan.join.now_ms).max();
         let mut invocation = self.script.key(first.keys.queue());
         invocation
@@ -266,5 +268,65 @@ impl Drop for Place<'_> {
         if self.held {
             self.joins.lane().in_flight -= 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(fan: &str) -> (Waiting, oneshot::Receiver<Answer>) {
+        let (answer, answered) = oneshot::channel();
+        let join = Join {
+            keys: EventKeys::new("p", "e"),
+            fan_id: fan.to_owned(),
+            now_ms: 0,
+            max_queue: 10,
+            prequeue_score: String::new(),
+            sample: false,
+        };
+        (Waiting { join, answer }, answered)
+    }
+
+    /// The joins given up are dropped from the lane, and a lane of nothing
+    /// but given-up joins gives an empty batch (which gives the call's
+    /// place back) rather than a call of no fans.
+    #[test]
+    fn a_batch_leaves_out_the_joins_given_up() {
+        let mut lane = Lane::default();
+        let (a, a_answer) = waiting("a");
+        let (b, b_answer) = waiting("b");
+        let (c, c_answer) = waiting("c");
+        lane.waiting.extend([a, b, c]);
+        drop(b_answer);
+        let batch = lane.next_batch();
+        let fans: Vec<&str> = batch.iter().map(|w| w.join.fan_id.as_str()).collect();
+        assert_eq!(fans, ["a", "c"]);
+        assert!(lane.waiting.is_empty());
+        drop((a_answer, c_answer));
+        lane.waiting.extend(batch);
+        assert!(lane.next_batch().is_empty());
+        assert!(lane.waiting.is_empty());
+    }
+
+    #[test]
+    fn a_batch_takes_at_most_max_batch_in_the_order_they_came() {
+        let mut lane = Lane::default();
+        let mut answers = Vec::new();
+        for i in 0..MAX_BATCH + 3 {
+            let (fan, answer) = waiting(&i.to_string());
+            lane.waiting.push(fan);
+            answers.push(answer);
+        }
+        let first = lane.next_batch();
+        assert_eq!(first.len(), MAX_BATCH);
+        assert_eq!(first[0].join.fan_id, "0");
+        let rest: Vec<String> = lane
+            .next_batch()
+            .into_iter()
+            .map(|w| w.join.fan_id)
+            .collect();
+        let expected: Vec<String> = (MAX_BATCH..MAX_BATCH + 3).map(|i| i.to_string()).collect();
+        assert_eq!(rest, expected);
     }
 }
