@@ -17,7 +17,7 @@
 //! | `P:{E}:held-over:FAN` | string | an admission renewed by a `seats-held` answer: its jti and its current expiry (ms), `JTI|EXPIRY` |
 
 /// Keys of one event under one prefix (`bo` in production, per test in tests).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EventKeys {
     base: String,
 }

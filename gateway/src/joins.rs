@@ -1,9 +1,11 @@
 //! The join's Redis work, batched. Each join is one fan in a call of the
-//! join script (`join.lua`). A join that finds fewer than [`IN_FLIGHT`]
-//! calls with Redis goes at once, alone; one that finds them all out waits,
-//! and every join waiting when a call comes back goes in the next one (up to
-//! [`MAX_BATCH`] fans), in the order they came. A quiet line waits for
-//! nothing; a busy one pays Lua's cost once a call rather than once a fan.
+//! join script (`join.lua`). Each event has a lane of its own: a join that
+//! finds fewer than [`IN_FLIGHT`] of its event's calls with Redis goes at
+//! once, alone; one that finds them all out waits, and every join waiting
+//! when a call comes back goes in the next one (up to [`MAX_BATCH`] fans),
+//! in the order they came. A quiet line waits for nothing; a busy one pays
+//! Lua's cost once a call rather than once a fan. An event whose Redis
+//! stalls (a Cluster shard failing over) holds up no other event's joins.
 //!
 //! Why: Redis is one thread for the whole of an event's line, so the join
 //! script's cost there is the ceiling of joins a second of one event, however
@@ -14,6 +16,7 @@
 //! calls of one, 3.9-4.5 in calls of 8, 2.8-2.9 in calls of 32 and 2.5-2.7
 //! in calls of 64, against 3.1-3.3 for a bare `ZADD`.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -23,7 +26,7 @@ use metrics::Counter;
 use redis::{ErrorKind, RedisError, Script};
 use tokio::sync::oneshot;
 
-/// Calls of the join script with Redis at once, per gateway. Two, so a
+/// Calls of the join script with Redis at once, per event and gateway. Two, so a
 /// join that comes while one call is out still goes at once: with one, a
 /// lone join behind another waits for its round trip.
 pub const IN_FLIGHT: usize = 2;
@@ -32,15 +35,21 @@ pub const IN_FLIGHT: usize = 2;
 /// and a call holds up every other command of Redis while it runs.
 pub const MAX_BATCH: usize = 64;
 
-/// The most joins waiting for a call, per gateway: past it a join is
-/// refused at once (503 `overloaded`), as when Redis stalls and every call
-/// is out for longer than the requests' deadline.
-pub const MAX_WAITING: usize = 64 * MAX_BATCH;
+/// The most joins waiting for a call, per event and gateway: past it a
+/// join is refused at once (503 `overloaded`, `Retry-After: 1`) rather
+/// than held in memory. At 16,000 joins a second to one gateway (the steep
+/// opening of docs/scale.md spread over 11 of them) it fills in about a
+/// second of stalled Redis; joins given up meanwhile still count until a
+/// call comes back (they are dropped then, unsent).
+pub const MAX_WAITING: usize = 256 * MAX_BATCH;
 
 /// One fan's join, as the script takes it.
 pub struct Join {
     pub keys: EventKeys,
     pub fan_id: String,
+    /// The call takes the latest of its fans' (an admission that lapsed
+    /// while a fan waited for the call is lapsed), and the first fan's
+    /// `max_queue`: they differ by at most a round trip.
     pub now_ms: i64,
     pub max_queue: u64,
     /// The fan's place in the prequeue's shuffle; empty once the line is open.
@@ -58,7 +67,7 @@ struct Waiting {
 
 #[derive(Default)]
 struct Lane {
-    waiting: Vec<Waiting>,
+    waiting: VecDeque<Waiting>,
     in_flight: usize,
 }
 
@@ -68,11 +77,8 @@ impl Lane {
         // past) is not sent: under a stalled Redis they would pile up, and
         // go before the fans still asking once it answers.
         self.waiting.retain(|waiting| !waiting.answer.is_closed());
-        if self.waiting.len() <= MAX_BATCH {
-            std::mem::take(&mut self.waiting)
-        } else {
-            self.waiting.drain(..MAX_BATCH).collect()
-        }
+        let fans = self.waiting.len().min(MAX_BATCH);
+        self.waiting.drain(..fans).collect()
     }
 }
 
@@ -80,7 +86,9 @@ impl Lane {
 pub struct Joins {
     redis: RedisLink,
     script: Script,
-    lane: Mutex<Lane>,
+    /// One lane an event, kept once made (an event is checked to exist
+    /// before its first join gets here).
+    lanes: Mutex<HashMap<EventKeys, Lane>>,
     calls: AtomicU64,
     /// `boxoffice_join_calls_total` and `boxoffice_join_fans_total`, looked
     /// up at the first call (after the recorder is installed), not at each.
@@ -92,7 +100,7 @@ impl Joins {
         Self {
             redis,
             script: Script::new(include_str!("join.lua")),
-            lane: Mutex::default(),
+            lanes: Mutex::default(),
             calls: AtomicU64::new(0),
             counters: OnceLock::new(),
         }
@@ -102,26 +110,36 @@ impl Joins {
     pub async fn join(self: &Arc<Self>, join: Join) -> Answer {
         let (answer, answered) = oneshot::channel();
         let batch = {
-            let mut lane = self.lane();
-            if lane.waiting.len() >= MAX_WAITING {
-                lane.waiting.retain(|waiting| !waiting.answer.is_closed());
-                if lane.waiting.len() >= MAX_WAITING {
-                    return Err(RedisError::from((
-                        ErrorKind::ClientError,
-                        "too many joins waiting for Redis",
-                    )));
-                }
+            let mut lanes = self.lanes();
+            if !lanes.contains_key(&join.keys) {
+                lanes.insert(join.keys.clone(), Lane::default());
             }
-            lane.waiting.push(Waiting { join, answer });
-            (lane.in_flight < IN_FLIGHT).then(|| {
+            let Some(lane) = lanes.get_mut(&join.keys) else {
+                unreachable!("the lane was just made")
+            };
+            if lane.waiting.len() >= MAX_WAITING {
+                return Err(RedisError::from((
+                    ErrorKind::ClientError,
+                    "too many joins waiting for Redis",
+                )));
+            }
+            let keys = (lane.in_flight < IN_FLIGHT).then(|| join.keys.clone());
+            lane.waiting.push_back(Waiting { join, answer });
+            keys.map(|keys| {
                 lane.in_flight += 1;
-                lane.next_batch()
+                // Held from here: given back even if the task never runs.
+                let place = Place {
+                    joins: Arc::clone(self),
+                    keys,
+                    held: true,
+                };
+                (place, lane.next_batch())
             })
         };
         // A task of its own, so a request given up (its client gone, its
         // deadline past) does not take the other fans' call with it.
-        if let Some(batch) = batch {
-            tokio::spawn(Arc::clone(self).send(batch));
+        if let Some((place, batch)) = batch {
+            tokio::spawn(place.send(batch));
         }
         answered.await.unwrap_or_else(|_| {
             Err(RedisError::from((
@@ -136,53 +154,15 @@ impl Joins {
         self.calls.load(Ordering::Relaxed)
     }
 
-    fn lane(&self) -> MutexGuard<'_, Lane> {
-        // Nothing panics with the lock held; if something did, the lane is
-        // still whole (a push, a take, a count).
-        self.lane.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lanes(&self) -> MutexGuard<'_, HashMap<EventKeys, Lane>> {
+        // Nothing panics with the lock held; if something did, the lanes
+        // are still whole (a push, a take, a count).
+        self.lanes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Holds one of the [`IN_FLIGHT`] places: calls the script for `batch`,
-    /// then for whatever waited meanwhile, until nothing waits.
-    async fn send(self: Arc<Self>, mut batch: Vec<Waiting>) {
-        let mut place = Place {
-            joins: &self,
-            held: true,
-        };
-        loop {
-            self.call(batch).await;
-            let mut lane = self.lane();
-            batch = lane.next_batch();
-            if batch.is_empty() {
-                // Given back under the same lock a join checks it with, so
-                // none is left waiting with no call to take it.
-                lane.in_flight -= 1;
-                place.held = false;
-                return;
-            }
-        }
-    }
-
-    /// One call per event in `batch` (nearly always one), at once.
-    async fn call(&self, batch: Vec<Waiting>) {
-        if batch.iter().all(|fan| fan.join.keys == batch[0].join.keys) {
-            return self.call_event(batch).await;
-        }
-        let mut by_event: Vec<Vec<Waiting>> = Vec::new();
-        for waiting in batch {
-            match by_event
-                .iter_mut()
-                .find(|event| event[0].join.keys == waiting.join.keys)
-            {
-                Some(event) => event.push(waiting),
-                None => by_event.push(vec![waiting]),
-            }
-        }
-        futures_util::future::join_all(by_event.into_iter().map(|fans| self.call_event(fans)))
-            .await;
-    }
-
-    async fn call_event(&self, fans: Vec<Waiting>) {
+    /// One call of the script for `fans`, all of one event, and each
+    /// fan's answer sent back.
+    async fn call(&self, fans: Vec<Waiting>) {
         let Some(first) = fans.first().map(|fan| &fan.join) else {
             return;
         };
@@ -256,17 +236,43 @@ impl Joins {
     }
 }
 
-/// One of the [`IN_FLIGHT`] places, given back if its task ends another way
-/// than by finding nothing waiting (a panic, or the runtime shutting down).
-struct Place<'a> {
-    joins: &'a Joins,
+/// One of an event's [`IN_FLIGHT`] places, given back if its task ends
+/// another way than by finding nothing waiting (a panic, or the runtime
+/// shutting down, before or after the task first ran).
+struct Place {
+    joins: Arc<Joins>,
+    keys: EventKeys,
     held: bool,
 }
 
-impl Drop for Place<'_> {
+impl Place {
+    /// Calls the script for `batch`, then for whatever of its event waited
+    /// meanwhile, until nothing waits.
+    async fn send(mut self, mut batch: Vec<Waiting>) {
+        loop {
+            self.joins.call(batch).await;
+            let mut lanes = self.joins.lanes();
+            let Some(lane) = lanes.get_mut(&self.keys) else {
+                return;
+            };
+            batch = lane.next_batch();
+            if batch.is_empty() {
+                // Given back under the same lock a join checks it with, so
+                // none is left waiting with no call to take it.
+                lane.in_flight -= 1;
+                self.held = false;
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Place {
     fn drop(&mut self) {
         if self.held {
-            self.joins.lane().in_flight -= 1;
+            if let Some(lane) = self.joins.lanes().get_mut(&self.keys) {
+                lane.in_flight -= 1;
+            }
         }
     }
 }
@@ -315,7 +321,7 @@ mod tests {
         let mut answers = Vec::new();
         for i in 0..MAX_BATCH + 3 {
             let (fan, answer) = waiting(&i.to_string());
-            lane.waiting.push(fan);
+            lane.waiting.push_back(fan);
             answers.push(answer);
         }
         let first = lane.next_batch();
