@@ -215,6 +215,25 @@ fault() {
   echo "$start $end" >"$RUN/window"
 }
 
+# diagnose SCENARIO: what a failed scenario leaves for whoever reads CI's
+# output alone: where the orders stopped (still in the outbox, or published
+# and not ticketed), the pipeline's gauges, and each process's last warnings.
+diagnose() {
+  say "diagnostics for $1 (whole logs in $RUN/logs)"
+  psql -h 127.0.0.1 -U postgres -d "$DB" -qAtc "SELECT 'outbox: ' || count(*) || ' rows, ' || count(*) FILTER (WHERE published_at IS NULL) || ' unpublished' FROM outbox" || true
+  local port
+  for port in $ORD $WRK; do
+    curl -fsS --max-time 2 "http://127.0.0.1:$port/metrics" 2>/dev/null |
+      grep -E '^boxoffice_(outbox|consumer|worker_(events|resubscribes|in_flight|assigned|partitions)|relay|dlq)' | sed "s/^/  :$port /" || true
+  done
+  local log
+  for log in worker order-service kafka; do
+    echo "  last warnings of $log:"
+    # tansu's log carries colour codes and is large: keep its warnings only.
+    sed 's/\x1b\[[0-9;]*m//g' "$RUN/logs/$log.log" | grep -aE ' (WARN|ERROR) ' | tail -n 15 | cut -c1-400 | sed 's/^/    /' || true
+  done
+}
+
 LOADTEST_ARGS=(--profile steady --rate "$RATE" --duration "${DURATION}s" --capacity "$CAPACITY"
   --admission-rate "$ADMIT" --access-ttl-s 60 --users 300 --settle "$SETTLE" --rule verdict
   --host "http://127.0.0.1:$GW" --admin-url "http://127.0.0.1:$ADM" --database-url "$DATABASE_URL"
@@ -257,6 +276,7 @@ for scenario in "${SCENARIOS[@]}"; do
     --loadtest-exit "$code" --fault-start "$fault_start" --fault-end "$fault_end" \
     --recovered "${recovered:-}" --grace "$GRACE" --process-exit "${exited:-}" >>"$RESULTS"
   python3 scripts/chaos_judge.py line "$RESULTS"
+  python3 scripts/chaos_judge.py last-passed "$RESULTS" || diagnose "$scenario"
   if [ "$scenario" = two-relays-two-workers ]; then rm -f "$RUN/pids/order-service-2" "$RUN/pids/worker-2"; fi
   wait_ready 60 || { say "the stack did not come back after $scenario"; break; }
 done

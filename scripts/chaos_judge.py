@@ -8,6 +8,8 @@ fault window. Standard library only.
   chaos_judge.py line RESULTS       the last row, one line
   chaos_judge.py table RESULTS [--mode M] [--into FILE]
   chaos_judge.py passed RESULTS     exit 0 if every scenario passed
+  chaos_judge.py last-passed RESULTS
+                                    exit 0 if the last scenario passed
   chaos_judge.py failed-check RESULTS NAME
                                     exit 0 if some scenario's verdict check NAME failed
 """
@@ -146,6 +148,8 @@ def main():
     t.add_argument("--into")
     ps = sub.add_parser("passed")
     ps.add_argument("results")
+    lp = sub.add_parser("last-passed")
+    lp.add_argument("results")
     fc = sub.add_parser("failed-check")
     fc.add_argument("results")
     fc.add_argument("name")
@@ -173,6 +177,9 @@ def main():
         rows = load(a.results)
         failed = any(r["checks"].get(a.name, {}).get("holds") is False for r in rows)
         sys.exit(0 if failed else 1)
+    elif a.cmd == "last-passed":
+        rows = load(a.results)
+        sys.exit(0 if rows and rows[-1]["pass"] else 1)
     elif a.cmd == "passed":
         rows = load(a.results)
         sys.exit(0 if rows and all(r["pass"] for r in rows) else 1)
