@@ -565,6 +565,8 @@ async fn kill_9_mid_batch_then_restart_processes_every_message_once_in_effect(po
             ("BOXOFFICE_WORKERS", "4"),
             ("BOXOFFICE_EXTRA_SERVICE_MS", "200"),
             ("BOXOFFICE_WORKER_INSTANCE", "worker-0"),
+            // The default: the static member's session is then 45 s.
+            ("BOXOFFICE_MAX_POLL_INTERVAL_MS", "60000"),
         ],
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -576,6 +578,11 @@ async fn kill_9_mid_batch_then_restart_processes_every_message_once_in_effect(po
     worker.child.wait().unwrap();
     let before = count(&pool, "SELECT count(*) FROM processed_events").await;
     assert!(before < 40, "the kill came too late to test anything");
+    // Back after a pause, as a pod rescheduled: on tansu, with its 3 s holds
+    // of a static member's JoinGroup and SyncGroup, the first heartbeat then
+    // comes more than 10 s after the last one, which lapsed a 10 s session
+    // and wedged the group for good.
+    tokio::time::sleep(Duration::from_secs(6)).await;
 
     let mut restarted = spawn_worker(
         &db,
@@ -584,6 +591,7 @@ async fn kill_9_mid_batch_then_restart_processes_every_message_once_in_effect(po
         &[
             ("BOXOFFICE_WORKERS", "4"),
             ("BOXOFFICE_WORKER_INSTANCE", "worker-0"),
+            ("BOXOFFICE_MAX_POLL_INTERVAL_MS", "60000"),
         ],
     );
     wait_consumed(&topic, &group, Duration::from_secs(90)).await;
@@ -598,6 +606,21 @@ async fn kill_9_mid_batch_then_restart_processes_every_message_once_in_effect(po
     )
     .await;
     assert_eq!(doubled, 0);
+    // It took its old place: its session outlived the pause, so the group
+    // neither evicted it nor took its partitions back.
+    assert_eq!(
+        counter(
+            &restarted.metrics,
+            "boxoffice_worker_partitions_revoked_total"
+        )
+        .await,
+        0.0,
+        "the restarted static member was rebalanced"
+    );
+    assert_eq!(
+        gauge(&restarted.metrics, "boxoffice_worker_assigned_partitions").await,
+        Some(2.0)
+    );
     restarted.child.kill().unwrap();
     restarted.child.wait().unwrap();
 }
@@ -659,6 +682,18 @@ async fn a_rebalance_drains_in_flight_work_and_commits_before_giving_partitions_
     assert!(
         shared.1 > 0.0,
         "the second member never got work: {shared:?}"
+    );
+    // The first member gave its four partitions back and got its share again.
+    let revoked = "boxoffice_worker_partitions_revoked_total";
+    assert!(counter(&first.metrics, revoked).await >= 4.0);
+    let held = (
+        gauge(&first.metrics, "boxoffice_worker_assigned_partitions").await,
+        gauge(&second.metrics, "boxoffice_worker_assigned_partitions").await,
+    );
+    assert_eq!(
+        held.0.zip(held.1).map(|(a, b)| a + b),
+        Some(4.0),
+        "{held:?}"
     );
     for worker in [&mut first, &mut second] {
         // SAFETY: signalling a child we own.

@@ -228,6 +228,8 @@ impl ConsumerContext for PoolContext {
             .iter()
             .map(|e| (e.topic().to_owned(), e.partition()))
             .collect();
+        metrics::counter!("boxoffice_worker_partitions_revoked_total")
+            .increment(revoked.len() as u64);
         let shared = &self.shared;
         let drain = if shared
             .rejoining
@@ -278,6 +280,14 @@ impl ConsumerContext for PoolContext {
             .expect("revoked lock")
             .extend(revoked.iter().cloned());
         tracing::info!(?revoked, "partitions revoked after draining");
+    }
+
+    /// What the group left this member: every worker at none while the
+    /// topic has lag is a group that has stopped (docs/operations.md).
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, _rebalance: &Rebalance<'_>) {
+        if let Ok(list) = consumer.assignment() {
+            metrics::gauge!("boxoffice_worker_assigned_partitions").set(list.count() as f64);
+        }
     }
 }
 
@@ -448,13 +458,14 @@ pub async fn run(
     if let Some(instance) = &config.instance_id {
         client.set("group.instance.id", instance);
     }
+    let session_timeout_ms = session_timeout_ms(&config);
     let consumer: StreamConsumer<PoolContext> = client
         .set("bootstrap.servers", &config.kafka_brokers)
         .set("group.id", &config.group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000")
+        .set("session.timeout.ms", session_timeout_ms.to_string())
         .set(
             "max.poll.interval.ms",
             config.max_poll_interval_ms.to_string(),
@@ -487,6 +498,8 @@ pub async fn run(
     let lag = tokio::spawn(report_lag(probe, progress_tx, cancel.clone()));
     let mut orphans = OrphanWatch::new(Duration::from_millis(config.orphan_timeout_ms));
     metrics::counter!("boxoffice_worker_resubscribes_total").increment(0);
+    metrics::counter!("boxoffice_worker_partitions_revoked_total").increment(0);
+    metrics::gauge!("boxoffice_worker_assigned_partitions").set(0.0);
 
     let mut size = match config.workers {
         Workers::Fixed(n) => n,
@@ -688,6 +701,23 @@ pub async fn run(
     stats.pool_size = size;
     tracing::info!(?stats, "ticket worker stopped");
     Ok(stats)
+}
+
+/// How long the group waits for a silent member. A dynamic member's session
+/// is short, so a dead one is found quickly. A static member keeps its place
+/// for its whole session, so it gets Kafka's default, long enough for a
+/// restart: tansu 0.6.0 holds a rejoining static member's JoinGroup and
+/// SyncGroup 3 s each and does not count them as contact, so a 10 s session
+/// lapsed when a killed worker came back about 5 s later, and a static
+/// member whose session lapsed there wedges its group for good
+/// (docs/reliability.md). librdkafka wants it no longer than the poll interval.
+fn session_timeout_ms(config: &WorkerConfig) -> u64 {
+    let wanted = if config.instance_id.is_some() {
+        45_000
+    } else {
+        10_000
+    };
+    wanted.min(config.max_poll_interval_ms)
 }
 
 fn commit(consumer: &StreamConsumer<PoolContext>, shared: &Shared, mode: CommitMode) {
