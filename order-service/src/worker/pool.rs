@@ -708,9 +708,10 @@ pub async fn run(
 /// for its whole session, so it gets Kafka's default, long enough for a
 /// restart: tansu 0.6.0 holds a rejoining static member's JoinGroup and
 /// SyncGroup 3 s each and does not count them as contact, so a 10 s session
-/// lapsed when a killed worker came back about 5 s later, and a static
-/// member whose session lapsed there wedges its group for good
-/// (docs/reliability.md). librdkafka wants it no longer than the poll interval.
+/// lapsed when a killed worker asked to join more than 4 s after its last
+/// heartbeat, and a static member whose session lapsed there can wedge its
+/// group for good (docs/reliability.md). librdkafka wants it no longer than
+/// the poll interval.
 fn session_timeout_ms(config: &WorkerConfig) -> u64 {
     let wanted = if config.instance_id.is_some() {
         45_000
