@@ -229,9 +229,11 @@ diagnose() {
   local log
   for log in worker order-service kafka; do
     echo "  last warnings of $log:"
-    # tansu's log carries colour codes and is large: keep its warnings only.
-    sed 's/\x1b\[[0-9;]*m//g' "$RUN/logs/$log.log" | grep -aE ' (WARN|ERROR) ' | tail -n 15 | cut -c1-400 | sed 's/^/    /' || true
+    # tansu's log carries colour codes and is large: keep its warnings, and
+    # its group coordinator's evictions (logged at INFO).
+    sed 's/\x1b\[[0-9;]*m//g' "$RUN/logs/$log.log" | grep -aE ' (WARN|ERROR) |missed heartbeat' | tail -n 15 | cut -c1-400 | sed 's/^/    /' || true
   done
+  return 0
 }
 
 LOADTEST_ARGS=(--profile steady --rate "$RATE" --duration "${DURATION}s" --capacity "$CAPACITY"

@@ -458,7 +458,8 @@ pub async fn run(
     if let Some(instance) = &config.instance_id {
         client.set("group.instance.id", instance);
     }
-    let session_timeout_ms = session_timeout_ms(&config);
+    let static_member = config.instance_id.is_some();
+    let session_timeout_ms = session_timeout_ms(static_member, config.max_poll_interval_ms);
     let consumer: StreamConsumer<PoolContext> = client
         .set("bootstrap.servers", &config.kafka_brokers)
         .set("group.id", &config.group)
@@ -496,7 +497,11 @@ pub async fn run(
         crate::health::BrokerProbe::new(&config.kafka_brokers, &config.group, &config.topic)?;
     let (progress_tx, mut progress_rx) = tokio::sync::mpsc::channel(1);
     let lag = tokio::spawn(report_lag(probe, progress_tx, cancel.clone()));
-    let mut orphans = OrphanWatch::new(Duration::from_millis(config.orphan_timeout_ms));
+    let mut orphans = OrphanWatch::new(orphan_timeout(
+        config.orphan_timeout_ms,
+        static_member,
+        session_timeout_ms,
+    ));
     metrics::counter!("boxoffice_worker_resubscribes_total").increment(0);
     metrics::counter!("boxoffice_worker_partitions_revoked_total").increment(0);
     metrics::gauge!("boxoffice_worker_assigned_partitions").set(0.0);
@@ -710,15 +715,25 @@ pub async fn run(
 /// SyncGroup 3 s each and does not count them as contact, so a 10 s session
 /// lapsed when a killed worker asked to join more than 4 s after its last
 /// heartbeat, and a static member whose session lapsed there can wedge its
-/// group for good (docs/reliability.md). librdkafka wants it no longer than
-/// the poll interval.
-fn session_timeout_ms(config: &WorkerConfig) -> u64 {
-    let wanted = if config.instance_id.is_some() {
-        45_000
+/// group (docs/reliability.md). librdkafka wants it no longer than the poll
+/// interval.
+fn session_timeout_ms(static_member: bool, max_poll_interval_ms: u64) -> u64 {
+    let wanted = if static_member { 45_000 } else { 10_000 };
+    wanted.min(max_poll_interval_ms)
+}
+
+/// How long another member's partitions may sit behind and unmoved before
+/// this worker rejoins to take them. Static members wait out a whole session
+/// and 15 s more: until then the broker keeps a restarting member's place on
+/// purpose, and rejoining around it would force the very rebalance static
+/// membership saves. 0 keeps the watch off.
+fn orphan_timeout(configured_ms: u64, static_member: bool, session_timeout_ms: u64) -> Duration {
+    let floor = if static_member && configured_ms > 0 {
+        session_timeout_ms + 15_000
     } else {
-        10_000
+        0
     };
-    wanted.min(config.max_poll_interval_ms)
+    Duration::from_millis(configured_ms.max(floor))
 }
 
 fn commit(consumer: &StreamConsumer<PoolContext>, shared: &Shared, mode: CommitMode) {
@@ -1074,6 +1089,20 @@ mod tests {
             again.find_partition("t", 0).unwrap().offset(),
             Offset::Offset(11)
         );
+    }
+
+    #[test]
+    fn a_static_member_keeps_its_place_through_a_restart_and_is_not_rejoined_around() {
+        assert_eq!(session_timeout_ms(false, 60_000), 10_000);
+        assert_eq!(session_timeout_ms(true, 60_000), 45_000);
+        // librdkafka refuses a session longer than the poll interval.
+        assert_eq!(session_timeout_ms(true, 15_000), 15_000);
+        let secs = |s| Duration::from_secs(s);
+        assert_eq!(orphan_timeout(30_000, false, 10_000), secs(30));
+        assert_eq!(orphan_timeout(5_000, false, 10_000), secs(5));
+        assert_eq!(orphan_timeout(30_000, true, 45_000), secs(60));
+        assert_eq!(orphan_timeout(90_000, true, 45_000), secs(90));
+        assert_eq!(orphan_timeout(0, true, 45_000), Duration::ZERO);
     }
 
     #[test]
