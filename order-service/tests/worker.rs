@@ -580,8 +580,8 @@ async fn kill_9_mid_batch_then_restart_processes_every_message_once_in_effect(po
     assert!(before < 40, "the kill came too late to test anything");
     // Back after a pause, as a pod rescheduled: on tansu, with its 3 s holds
     // of a static member's JoinGroup and SyncGroup, the first heartbeat then
-    // comes more than 10 s after the last one, which lapsed a 10 s session
-    // and wedged the group for good.
+    // comes more than 10 s after the last one: a 10 s session lapsed, the
+    // member was evicted, and the group could wedge.
     tokio::time::sleep(Duration::from_secs(6)).await;
 
     let mut restarted = spawn_worker(
