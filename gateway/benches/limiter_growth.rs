@@ -1,6 +1,7 @@
 //! What a request waits for while the rate limiters' maps grow: one thread
 //! puts a spike's new keys (client addresses) into a keyed limiter, as the
-//! per-IP and per-fan limits do for every new client and fan, then runs the
+//! per-IP limit does for every new client address (the per-fan limit keeps
+//! a table of fixed size, `gateway::per_fan::FanTable`), then runs the
 //! minute's sweep (`retain_recent`, `shrink_to_fit`); another thread checks
 //! keys already known, as the rest of the crowd's requests do, and records
 //! how long each check took. With `dashmap`'s default shards against the

@@ -286,7 +286,6 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     use hyper_util::rt::TokioIo;
 
-    state.per_fan.sweep_every(per_fan::SWEEP_EVERY);
     let _refresher = state.config.identity_jwks.clone().map(|source| {
         AbortOnDrop(tokio::spawn(identity::keep_fresh(
             state.identity.clone(),
