@@ -296,9 +296,9 @@ fn rate_limited(error: GovernorError) -> Response {
 /// shard's lock, an insert and a removal for every request of a new address
 /// (under the edge benchmark's spread of addresses, every request). An address
 /// never holds more than its `max`; addresses that share a counter share
-/// it, so one that holds all of its `max` refuses, while it does, the few
-/// others whose hash picks the same counter (about one address in 65,536,
-/// and which ones changes with the key each process draws).
+/// it, so one that holds all of its `max` refuses, while it does, the
+/// others whose hash picks the same counter (one in 65,536 of all
+/// addresses; which ones changes with the key each process draws).
 pub struct PerClient {
     clients: ClientIp,
     max: u32,

@@ -5,7 +5,7 @@
 
 use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use governor::nanos::Nanos;
 use governor::state::keyed::{DashMapStateStore, ShrinkableKeyedStateStore};
 use governor::state::StateStore;
 use governor::{Quota, RateLimiter};
+use portable_atomic::AtomicU128;
 
 pub struct PerFan {
     /// Names a fan (an event and a fan id) by a hash keyed for this process
@@ -38,31 +39,50 @@ const WAYS: usize = 4;
 /// Sets of a [`FanTable`]: 262,144 fans' states in 4 MiB.
 pub const FAN_SETS: usize = 1 << 16;
 
-/// Four fans' names (0: none) and their quotas' states (`governor`'s
-/// theoretical arrival time, in its clock's nanoseconds; 0: never checked).
+/// Four ways, each a fan's name (high 64 bits; 0: none) and its quota's
+/// state (low 64 bits: `governor`'s theoretical arrival time, in its
+/// clock's nanoseconds; 0: never checked), one atomic word each, so a
+/// way's name and state change together.
 #[repr(C, align(64))]
 #[derive(Default)]
 struct FanSet {
-    names: [AtomicU64; WAYS],
-    tats: [AtomicU64; WAYS],
+    ways: [AtomicU128; WAYS],
+}
+
+fn way(name: u64, tat: u64) -> u128 {
+    (u128::from(name) << 64) | u128::from(tat)
+}
+
+fn name_of(way: u128) -> u64 {
+    (way >> 64) as u64
+}
+
+fn tat_of(way: u128) -> u64 {
+    way as u64
 }
 
 /// The per-fan limit's state, a `governor` state store of fixed size: a
-/// fan's name picks a set of four, and a check reads and updates one cache
-/// line, lock-free (a compare-and-swap of the fan's state, as `governor`'s
-/// own stores do). `governor`'s map (`DashMap`) took a shard's lock and
+/// fan's name picks a set of four ways in one cache line, and a check
+/// reads the set and compare-and-swaps the fan's way, its name and state
+/// together, with no lock (a 128-bit `cmpxchg16b` on x86-64, through
+/// `portable-atomic`). `governor`'s map (`DashMap`) took a shard's lock and
 /// three lines a check (the lock, the table's control bytes, the entry),
 /// grew with every fan seen since its last sweep, and rehashed a shard
 /// under its lock as it grew.
 ///
-/// A fan new to a full set takes the place of the fan whose state is
-/// oldest: the one that has waited longest since its quota was last
-/// drawn on, whose state limits least. Forgetting it gives that fan at
-/// most a fresh burst; a fan drawing hard on its quota has the newest
-/// state and is forgotten last. A fan's state limits for `1 / rate` after
-/// a lone request and at most `burst / rate` after a burst (0.5 s and 5 s
-/// by default): at 20,000 requests a second to one gateway, each from
-/// another fan, 10,000 to 100,000 states limit at once, in 262,144 places.
+/// A fan new to a full set takes, by the same compare-and-swap, the way of
+/// the fan whose state is oldest: the one that has waited longest since
+/// its quota was last drawn on, whose state limits least. Forgetting it
+/// gives that fan at most a fresh burst; a fan drawing hard on its quota
+/// has the newest state and is forgotten last. A fan's state limits for
+/// `1 / rate` after a lone request and at most `burst / rate` after a
+/// burst (0.5 s and 5 s by default): at 20,000 requests a second to one
+/// gateway, each from another fan, 10,000 to 100,000 states limit at once,
+/// in 262,144 places, four a set: at 100,000, about one set in fifty holds
+/// more than four and forgets one early (a fresh burst for that fan). Two
+/// first requests of one fan racing for two ways of its set can leave it
+/// in both, one request counted in the way no longer found; the stale way
+/// is the oldest and goes first.
 pub struct FanTable {
     sets: Box<[FanSet]>,
 }
@@ -75,38 +95,6 @@ impl Default for FanTable {
     }
 }
 
-impl FanTable {
-    /// The fan's set and way, claiming the way of the oldest state (an
-    /// empty one first) for a fan not in its set.
-    fn place(&self, name: u64) -> (&FanSet, usize) {
-        let set = &self.sets[(name % FAN_SETS as u64) as usize];
-        loop {
-            if let Some(way) = (0..WAYS).find(|&way| set.names[way].load(Ordering::Acquire) == name)
-            {
-                return (set, way);
-            }
-            let (way, held_by) = (0..WAYS)
-                .map(|way| (way, set.names[way].load(Ordering::Acquire)))
-                .min_by_key(|&(way, held_by)| {
-                    if held_by == 0 {
-                        0
-                    } else {
-                        set.tats[way].load(Ordering::Relaxed)
-                    }
-                })
-                .expect("a set has ways");
-            // Another check may claim the same way first: look again.
-            if set.names[way]
-                .compare_exchange(held_by, name, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                set.tats[way].store(0, Ordering::Release);
-                return (set, way);
-            }
-        }
-    }
-}
-
 impl StateStore for FanTable {
     type Key = u64;
 
@@ -115,17 +103,40 @@ impl StateStore for FanTable {
         F: Fn(Option<Nanos>) -> Result<(T, Nanos), E>,
     {
         // 0 marks an empty way: a fan so named is named 1 instead.
-        let (set, way) = self.place((*key).max(1));
-        let tat = &set.tats[way];
-        let mut current = tat.load(Ordering::Acquire);
+        let name = (*key).max(1);
+        let set = &self.sets[(name % FAN_SETS as u64) as usize];
         loop {
-            let (answer, next) = f((current != 0).then(|| Nanos::from(current)))?;
-            // A state is never 0: governor's clock starts at the limiter's
-            // making, and a state is at least one request's interval past it.
-            let next = u64::from(next).max(1);
-            match tat.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(answer),
-                Err(now) => current = now,
+            // The fan's way, else the way of the oldest state (an empty
+            // way's is 0), taken over by the swap below.
+            let mut chosen = None;
+            let mut oldest = (0, u128::MAX);
+            for (index, slot) in set.ways.iter().enumerate() {
+                let current = slot.load(Ordering::Acquire);
+                if name_of(current) == name {
+                    chosen = Some((index, current));
+                    break;
+                }
+                if tat_of(current) < tat_of(oldest.1) || oldest.1 == u128::MAX {
+                    oldest = (index, current);
+                }
+            }
+            let (index, current, previous) = match chosen {
+                Some((index, current)) => {
+                    let tat = tat_of(current);
+                    (index, current, (tat != 0).then(|| Nanos::from(tat)))
+                }
+                None => (oldest.0, oldest.1, None),
+            };
+            let (answer, next) = f(previous)?;
+            // A state is never 0: governor's step is at least 1 ns.
+            let next = way(name, u64::from(next).max(1));
+            // Fails if the way changed since it was read (this fan's other
+            // check, or another fan taking it): read the set again.
+            if set.ways[index]
+                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(answer);
             }
         }
     }
