@@ -108,32 +108,24 @@ impl StateStore for FanTable {
         loop {
             // The fan's way, else the way of the oldest state (an empty
             // way's is 0), taken over by the swap below.
-            let mut chosen = None;
-            let mut oldest = (0, u128::MAX);
-            for (index, slot) in set.ways.iter().enumerate() {
-                let current = slot.load(Ordering::Acquire);
-                if name_of(current) == name {
-                    chosen = Some((index, current));
-                    break;
+            let ways: [u128; WAYS] = std::array::from_fn(|i| set.ways[i].load(Ordering::Acquire));
+            let (index, previous) = match ways.iter().position(|&w| name_of(w) == name) {
+                Some(index) => {
+                    let tat = tat_of(ways[index]);
+                    (index, (tat != 0).then(|| Nanos::from(tat)))
                 }
-                if tat_of(current) < tat_of(oldest.1) || oldest.1 == u128::MAX {
-                    oldest = (index, current);
+                None => {
+                    let oldest = (0..WAYS).min_by_key(|&i| tat_of(ways[i]));
+                    (oldest.expect("a set has ways"), None)
                 }
-            }
-            let (index, current, previous) = match chosen {
-                Some((index, current)) => {
-                    let tat = tat_of(current);
-                    (index, current, (tat != 0).then(|| Nanos::from(tat)))
-                }
-                None => (oldest.0, oldest.1, None),
             };
             let (answer, next) = f(previous)?;
-            // A state is never 0: governor's step is at least 1 ns.
-            let next = way(name, u64::from(next).max(1));
+            // Never 0 (governor's step is at least 1 ns), so never "unchecked".
+            let next = way(name, u64::from(next));
             // Fails if the way changed since it was read (this fan's other
             // check, or another fan taking it): read the set again.
             if set.ways[index]
-                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(ways[index], next, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
                 return Ok(answer);
