@@ -21,7 +21,9 @@
 //!   delays): this bench binary again, as a second process, at
 //!   `BENCH_RATE_SHARE` (default 0.5) of the gateway's saturated rate, the
 //!   same rate for the baseline, the routes without the layers and, for the
-//!   join, the script baseline (below); p50, p99, p99.9.
+//!   join, the script baseline (below); p50, p99, p99.9. `BENCH_FIXED_ROUNDS`
+//!   times (default: `BENCH_ROUNDS`), each server back to back each round,
+//!   reported as medians with each round's p99 ratio.
 //!
 //! The A/B: the same routes served without the protective layers (the per-fan
 //! limit stays: it is in the handlers). The join has a second baseline: a
@@ -33,7 +35,8 @@
 //! The gateway's telemetry is on as deployed (metrics recorder, log lines
 //! at `info`).
 //!
-//! Knobs: BENCH_SECONDS (default 8), BENCH_ROUNDS (3), BENCH_CONNECTIONS (64), BENCH_FANS
+//! Knobs: BENCH_SECONDS (default 8), BENCH_ROUNDS (3), BENCH_FIXED_ROUNDS
+//! (BENCH_ROUNDS), BENCH_CONNECTIONS (64), BENCH_FANS
 //! (1000000, for the memory figure), BENCH_RATE_SHARE (0.5), BENCH_LOG (the
 //! log filter, `info`), BENCH_LOG_JSON (`true` for the JSON lines of k8s/;
 //! default `false`, the plain text of compose), BENCH_BASELINE_SPIN_NS (0:
@@ -91,15 +94,12 @@ struct Round {
     script_base: Option<Run>,
 }
 
-/// The fixed-rate measure of one endpoint: each server at the same offered
-/// rate.
+/// The fixed-rate measure of one endpoint: rounds of each server at the
+/// same offered rate, back to back (the same fields as a saturation round,
+/// without the CPU).
 struct Fixed {
     kind: Kind,
-    base: Run,
-    ours: Run,
-    bare: Run,
-    /// The join's second baseline ([`SCRIPT_BASELINE`]).
-    script_base: Option<Run>,
+    rounds: Vec<Round>,
 }
 
 const SCRIPT_BASELINE: &str = "baseline: axum + the join script (EVALSHA)";
@@ -629,6 +629,7 @@ async fn bench() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let share: f64 = env_or("BENCH_RATE_SHARE", 0.5);
     let rounds: usize = env_or("BENCH_ROUNDS", 3).max(1);
+    let fixed_rounds: usize = env_or("BENCH_FIXED_ROUNDS", rounds).max(1);
     let (saturated, fixed) = tokio::task::spawn_blocking({
         let (tokens, scripts) = (tokens.clone(), scripts.clone());
         let (gateway_url, baseline_url) = (gateway_url.clone(), baseline_url.clone());
@@ -664,16 +665,20 @@ async fn bench() {
                     .collect();
                 eprintln!("phase {name}-fixed-rate");
                 let rate = (share * median(measured.iter().map(|r| r.ours.requests_per_s))).round();
-                fixed.push(Fixed {
-                    kind,
-                    base: open_model(&baseline_url, kind, &tokens, rate),
-                    ours: open_model(&gateway_url, kind, &tokens, rate),
-                    bare: open_model(&bare_gateway_url, kind, &tokens, rate),
-                    // The join's own one round trip, at the same rate: the
-                    // tail the script alone has, against the ZADD's.
-                    script_base: (kind == Kind::Join)
-                        .then(|| open_model(&script_baseline_url, kind, &tokens, rate)),
-                });
+                // A single p99 moves 2-5x from run to run on two shared
+                // cores: rounds again, and the median of each round's ratio.
+                let rounds = (0..fixed_rounds)
+                    .map(|_| Round {
+                        base: open_model(&baseline_url, kind, &tokens, rate),
+                        ours: open_model(&gateway_url, kind, &tokens, rate),
+                        bare: open_model(&bare_gateway_url, kind, &tokens, rate),
+                        // The join's own one round trip, at the same rate:
+                        // the tail the script alone has, against the ZADD's.
+                        script_base: (kind == Kind::Join)
+                            .then(|| open_model(&script_baseline_url, kind, &tokens, rate)),
+                    })
+                    .collect();
+                fixed.push(Fixed { kind, rounds });
                 saturated.push((kind, measured));
             }
             (saturated, fixed)
@@ -790,40 +795,43 @@ async fn bench() {
         }
     }
     println!(
-        "\nedge at a fixed rate ({:.0}% of the endpoint's saturated rate, open model, {connections} connections, {seconds} s)",
+        "\nedge at a fixed rate ({:.0}% of the endpoint's saturated rate, open model, {connections} \
+         connections, {seconds} s; {fixed_rounds} rounds of each server back to back). Each figure \
+         is the median over the rounds; in brackets, each round's p99 ratio",
         share * 100.0
     );
     println!(
         "{:<44} {:>9} {:>8} {:>8} {:>8} {:>8} {:>13}",
         "endpoint", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "non-2xx", "p99 vs base"
     );
-    let fixed_row = |label: &str, run: &Run, against: &Run| {
-        println!(
-            "{label:<44} {:>9.0} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>12.2}x",
-            run.requests_per_s,
-            run.p50_ms,
-            run.p99_ms,
-            run.p999_ms,
-            run.non_2xx,
-            run.p99_ms / against.p99_ms
-        )
-    };
-    for Fixed {
-        kind,
-        base,
-        ours,
-        bare,
-        script_base,
-    } in &fixed
-    {
+    let fixed_row =
+        |name: &str, rounds: &[Round], pick: fn(&Round) -> Run, against: fn(&Round) -> Run| {
+            let runs: Vec<Run> = rounds.iter().map(pick).collect();
+            let ratios: Vec<f64> = rounds
+                .iter()
+                .map(|r| pick(r).p99_ms / against(r).p99_ms)
+                .collect();
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            println!(
+                "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>12.2}x ({})",
+                median(runs.iter().map(|r| r.requests_per_s)),
+                median(runs.iter().map(|r| r.p50_ms)),
+                median(runs.iter().map(|r| r.p99_ms)),
+                median(runs.iter().map(|r| r.p999_ms)),
+                runs.iter().map(|r| r.non_2xx).max().unwrap_or(0),
+                median(ratios.iter().copied()),
+                each.join(" ")
+            )
+        };
+    for Fixed { kind, rounds } in &fixed {
         let (baseline, name) = kind.labels();
-        fixed_row(baseline, base, base);
-        fixed_row(name, ours, base);
-        fixed_row(WITHOUT_LAYERS, bare, base);
-        if let Some(script_base) = script_base {
-            fixed_row(SCRIPT_BASELINE, script_base, base);
-            fixed_row(JOIN_VS_SCRIPT, ours, script_base);
-            fixed_row(WITHOUT_LAYERS, bare, script_base);
+        fixed_row(baseline, rounds, base, base);
+        fixed_row(name, rounds, ours, base);
+        fixed_row(WITHOUT_LAYERS, rounds, bare, base);
+        if *kind == Kind::Join {
+            fixed_row(SCRIPT_BASELINE, rounds, script_base, base);
+            fixed_row(JOIN_VS_SCRIPT, rounds, ours, script_base);
+            fixed_row(WITHOUT_LAYERS, rounds, bare, script_base);
         }
     }
     common::cleanup(&mut redis, &prefix).await;
