@@ -22,7 +22,7 @@ use portable_atomic::AtomicU128;
 pub struct PerFan {
     /// Names a fan (an event and a fan id) by a hash keyed for this process
     /// (SipHash, as std's maps): a number rather than a string, so a check
-    /// allocates nothing and the map holds no pointer to follow. A client
+    /// allocates nothing and the table holds no pointer to follow. A client
     /// cannot aim two fans at one name without the process's key; two fans
     /// sharing one by chance, about one pair in 2^64, would share a quota.
     names: std::hash::RandomState,
