@@ -109,6 +109,42 @@ const JOIN_VS_SCRIPT: &str = "POST /v1/events/{id}/queue, vs the script";
 const WITHOUT_LAYERS: &str = "  the same without the protective layers";
 
 /// The middle value (the mean of the two middle ones for an even count).
+/// A table row's figures: each the median over the rounds (the most
+/// non-2xx answers of any round).
+struct Medians {
+    requests_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    non_2xx: u64,
+}
+
+impl Medians {
+    /// The medians of the run `pick` chooses in each round, and each round's
+    /// `ratio` of that run to the run `against` chooses.
+    fn of(
+        rounds: &[Round],
+        pick: fn(&Round) -> Run,
+        against: fn(&Round) -> Run,
+        ratio: fn(&Run, &Run) -> f64,
+    ) -> (Self, Vec<f64>) {
+        let runs: Vec<Run> = rounds.iter().map(pick).collect();
+        let of = |figure: fn(&Run) -> f64| median(runs.iter().map(figure));
+        let medians = Self {
+            requests_per_s: of(|r| r.requests_per_s),
+            p50_ms: of(|r| r.p50_ms),
+            p99_ms: of(|r| r.p99_ms),
+            p999_ms: of(|r| r.p999_ms),
+            non_2xx: runs.iter().map(|r| r.non_2xx).max().unwrap_or(0),
+        };
+        let ratios = rounds
+            .iter()
+            .map(|r| ratio(&pick(r), &against(r)))
+            .collect();
+        (medians, ratios)
+    }
+}
+
 fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
@@ -719,21 +755,18 @@ async fn bench() {
         "{:<44} {:>9} {:>8} {:>8} {:>8}   vs baseline",
         "endpoint", "req/s", "p50 ms", "p99 ms", "non-2xx"
     );
-    // `pick` chooses a run of each round; `against` the run it is compared with.
     let row =
         |name: &str, rounds: &[Round], pick: fn(&Round) -> Run, against: fn(&Round) -> Run| {
-            let runs: Vec<Run> = rounds.iter().map(pick).collect();
-            let ratios: Vec<f64> = rounds
-                .iter()
-                .map(|r| 100.0 * pick(r).requests_per_s / against(r).requests_per_s)
-                .collect();
+            let (m, ratios) = Medians::of(rounds, pick, against, |run, base| {
+                100.0 * run.requests_per_s / base.requests_per_s
+            });
             let each: Vec<String> = ratios.iter().map(|r| format!("{r:.0}")).collect();
             println!(
                 "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8}   {:.0}% ({})",
-                median(runs.iter().map(|r| r.requests_per_s)),
-                median(runs.iter().map(|r| r.p50_ms)),
-                median(runs.iter().map(|r| r.p99_ms)),
-                runs.iter().map(|r| r.non_2xx).max().unwrap_or(0),
+                m.requests_per_s,
+                m.p50_ms,
+                m.p99_ms,
+                m.non_2xx,
                 median(ratios.iter().copied()),
                 each.join(" ")
             )
@@ -806,19 +839,16 @@ async fn bench() {
     );
     let fixed_row =
         |name: &str, rounds: &[Round], pick: fn(&Round) -> Run, against: fn(&Round) -> Run| {
-            let runs: Vec<Run> = rounds.iter().map(pick).collect();
-            let ratios: Vec<f64> = rounds
-                .iter()
-                .map(|r| pick(r).p99_ms / against(r).p99_ms)
-                .collect();
+            let (m, ratios) =
+                Medians::of(rounds, pick, against, |run, base| run.p99_ms / base.p99_ms);
             let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
             println!(
                 "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>12.2}x ({})",
-                median(runs.iter().map(|r| r.requests_per_s)),
-                median(runs.iter().map(|r| r.p50_ms)),
-                median(runs.iter().map(|r| r.p99_ms)),
-                median(runs.iter().map(|r| r.p999_ms)),
-                runs.iter().map(|r| r.non_2xx).max().unwrap_or(0),
+                m.requests_per_s,
+                m.p50_ms,
+                m.p99_ms,
+                m.p999_ms,
+                m.non_2xx,
                 median(ratios.iter().copied()),
                 each.join(" ")
             )
