@@ -1,11 +1,16 @@
 //! The join's Redis work, batched. Each join is one fan in a call of the
 //! join script (`join.lua`). Each event has a lane of its own: a join that
 //! finds fewer than [`IN_FLIGHT`] of its event's calls with Redis goes at
-//! once, alone; one that finds them all out waits, and every join waiting
-//! when a call comes back goes in the next one (up to [`MAX_BATCH`] fans),
-//! in the order they came. A quiet line waits for nothing; a busy one pays
-//! Lua's cost once a call rather than once a fan. An event whose Redis
-//! stalls (a Cluster shard failing over) holds up no other event's joins.
+//! once, alone, from its own task; one that finds them all out waits, and
+//! every join waiting when a call comes back goes in the next one (up to
+//! [`MAX_BATCH`] fans), in the order they came, from a task of their own. A
+//! quiet line waits for nothing; a busy one pays Lua's cost once a call
+//! rather than once a fan. An event whose Redis stalls (a Cluster shard
+//! failing over) holds up no other event's joins.
+//!
+//! A lone join calls from the request's own task: a task of its own cost
+//! about 3,300 instructions a join more (`scripts/edge_cost.sh`), and a
+//! wake-up from one task to the other each way.
 //!
 //! Why: Redis is one thread for the whole of an event's line, so the join
 //! script's cost there is the ceiling of joins a second of one event, however
@@ -113,8 +118,7 @@ impl Joins {
 
     /// Joins one fan: the script's answer for it, `OUTCOME A B`.
     pub async fn join(self: &Arc<Self>, join: Join) -> Answer {
-        let (answer, answered) = oneshot::channel();
-        let batch = {
+        let turn = {
             let mut lanes = self.lanes();
             if !lanes.contains_key(&join.keys) {
                 lanes.insert(join.keys.clone(), Lane::default());
@@ -122,36 +126,52 @@ impl Joins {
             let Some(lane) = lanes.get_mut(&join.keys) else {
                 unreachable!("the lane was just made")
             };
+            let free = lane.in_flight < IN_FLIGHT;
             if lane.waiting.len() >= MAX_WAITING {
                 return Err(RedisError::from((
                     ErrorKind::ClientError,
                     "too many joins waiting for Redis",
                 )));
             }
-            let keys = (lane.in_flight < IN_FLIGHT).then(|| join.keys.clone());
-            lane.waiting.push_back(Waiting { join, answer });
-            keys.map(|keys| {
+            let place = free.then(|| {
+                // Held from here: given back even if the call never ends.
                 lane.in_flight += 1;
-                // Held from here: given back even if the task never runs.
-                let place = Place {
+                Place {
                     joins: Arc::clone(self),
-                    keys,
+                    keys: join.keys.clone(),
                     held: true,
-                };
-                (place, lane.next_batch())
-            })
+                    passes_on: false,
+                }
+            });
+            match place {
+                // A free place and nobody waiting (the usual case, unless
+                // the line is busier than two calls at once can take): the
+                // join calls in its own task, with no other to wake.
+                Some(place) if lane.waiting.is_empty() => Turn::Alone(place, join),
+                place => {
+                    let (answer, answered) = oneshot::channel();
+                    lane.waiting.push_back(Waiting { join, answer });
+                    Turn::Waits(place.map(|place| (place, lane.next_batch())), answered)
+                }
+            }
         };
-        // A task of its own, so a request given up (its client gone, its
-        // deadline past) does not take the other fans' call with it.
-        if let Some((place, batch)) = batch {
-            tokio::spawn(place.send(batch));
+        match turn {
+            Turn::Alone(place, join) => place.alone(join).await,
+            Turn::Waits(sends, answered) => {
+                // A task of its own, so a request given up (its client
+                // gone, its deadline past) does not take the other fans'
+                // call with it.
+                if let Some((place, batch)) = sends {
+                    tokio::spawn(place.send(batch));
+                }
+                answered.await.unwrap_or_else(|_| {
+                    Err(RedisError::from((
+                        ErrorKind::IoError,
+                        "the join's call to Redis was lost",
+                    )))
+                })
+            }
         }
-        answered.await.unwrap_or_else(|_| {
-            Err(RedisError::from((
-                ErrorKind::IoError,
-                "the join's call to Redis was lost",
-            )))
-        })
     }
 
     /// Calls of the script made so far.
@@ -168,47 +188,8 @@ impl Joins {
     /// One call of the script for `fans`, all of one event, and each
     /// fan's answer sent back.
     async fn call(&self, fans: Vec<Waiting>) {
-        let Some(first) = fans.first().map(|fan| &fan.join) else {
-            return;
-        };
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        // Their ratio is the fans a call: how much of Lua's cost batching
-        // saves Redis (near 1: the joins come slower than Redis answers).
-        let (calls, fans_sent) = self.counters.get_or_init(|| {
-            (
-                metrics::counter!("boxoffice_join_calls_total"),
-                metrics::counter!("boxoffice_join_fans_total"),
-            )
-        });
-        calls.increment(1);
-        fans_sent.increment(fans.len() as u64);
-        let now_ms = fans.iter().map(|fan| fan.join.now_ms).max();
-        let mut invocation = self.script.key(first.keys.queue());
-        invocation
-            .key(first.keys.seq())
-            .key(first.keys.active())
-            .key(first.keys.joins())
-            .arg(now_ms.unwrap_or(first.now_ms))
-            .arg(first.max_queue)
-            .arg(if fans.iter().any(|fan| fan.join.sample) {
-                "1"
-            } else {
-                "0"
-            });
-        for fan in &fans {
-            invocation
-                .arg(&fan.join.fan_id)
-                .arg(&fan.join.prequeue_score);
-        }
-        let mut redis = self.redis.clone();
-        let reply: Result<String, RedisError> = invocation.invoke_async(&mut redis).await;
+        let reply = self.call_script(fans.iter().map(|fan| &fan.join)).await;
         match reply {
-            // A lone fan (a quiet line) takes the reply as it came.
-            Ok(reply) if fans.len() == 1 && !reply.contains('\n') => {
-                if let Some(fan) = fans.into_iter().next() {
-                    let _ = fan.answer.send(Ok(reply));
-                }
-            }
             Ok(reply) if reply.split('\n').count() == fans.len() => {
                 for (fan, line) in fans.into_iter().zip(reply.split('\n')) {
                     // The request may have been given up: nobody to tell.
@@ -216,16 +197,9 @@ impl Joins {
                 }
             }
             Ok(reply) => {
-                tracing::error!(
-                    fans = fans.len(),
-                    %reply,
-                    "the join script answered another number of fans"
-                );
+                let error = another_number(fans.len(), &reply);
                 for fan in fans {
-                    let _ = fan.answer.send(Err(RedisError::from((
-                        ErrorKind::ResponseError,
-                        "the join script answered another number of fans",
-                    ))));
+                    let _ = fan.answer.send(Err(error()));
                 }
             }
             Err(error) => {
@@ -239,15 +213,92 @@ impl Joins {
             }
         }
     }
+
+    /// One call of the script for one fan: its answer as the script gave it.
+    async fn call_one(&self, join: &Join) -> Answer {
+        match self.call_script(std::iter::once(join)).await {
+            Ok(reply) if reply.contains('\n') => Err(another_number(1, &reply)()),
+            answer => answer,
+        }
+    }
+
+    /// One call of the script for `joins`, all of one event: its reply, a
+    /// line a join, in their order.
+    async fn call_script<'a>(
+        &self,
+        joins: impl Iterator<Item = &'a Join> + Clone,
+    ) -> Result<String, RedisError> {
+        let Some(first) = joins.clone().next() else {
+            return Ok(String::new());
+        };
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        // Their ratio is the fans a call: how much of Lua's cost batching
+        // saves Redis (near 1: the joins come slower than Redis answers).
+        let (calls, fans_sent) = self.counters.get_or_init(|| {
+            (
+                metrics::counter!("boxoffice_join_calls_total"),
+                metrics::counter!("boxoffice_join_fans_total"),
+            )
+        });
+        calls.increment(1);
+        fans_sent.increment(joins.clone().count() as u64);
+        let now_ms = joins.clone().map(|join| join.now_ms).max();
+        let mut invocation = self.script.key(first.keys.queue());
+        invocation
+            .key(first.keys.seq())
+            .key(first.keys.active())
+            .key(first.keys.joins())
+            .arg(now_ms.unwrap_or(first.now_ms))
+            .arg(first.max_queue)
+            .arg(if joins.clone().any(|join| join.sample) {
+                "1"
+            } else {
+                "0"
+            });
+        for join in joins {
+            invocation.arg(&join.fan_id).arg(&join.prequeue_score);
+        }
+        let mut redis = self.redis.clone();
+        invocation.invoke_async(&mut redis).await
+    }
 }
 
-/// One of an event's [`IN_FLIGHT`] places, given back if its task ends
-/// another way than by finding nothing waiting (a panic, or the runtime
-/// shutting down, before or after the task first ran).
+/// The script answered another number of lines than it was given fans (a
+/// bug): logged once a call, and the error each fan gets.
+fn another_number(fans: usize, reply: &str) -> impl Fn() -> RedisError {
+    tracing::error!(
+        fans,
+        %reply,
+        "the join script answered another number of fans"
+    );
+    || {
+        RedisError::from((
+            ErrorKind::ResponseError,
+            "the join script answered another number of fans",
+        ))
+    }
+}
+
+/// What a join does once its event's lane is looked at.
+enum Turn {
+    /// A place was free and nobody waited: it calls alone, in its own task.
+    Alone(Place, Join),
+    /// It waits for a call's answer: the call of the task it starts (with
+    /// the place it took and the batch it heads), or of a call already out.
+    Waits(Option<(Place, Vec<Waiting>)>, oneshot::Receiver<Answer>),
+}
+
+/// One of an event's [`IN_FLIGHT`] places, given back (or handed on, if
+/// a lone join's) if its task ends another way than by finding nothing
+/// waiting (a request given up, a panic, or the runtime shutting down,
+/// before or after the task first ran).
 struct Place {
     joins: Arc<Joins>,
     keys: EventKeys,
     held: bool,
+    /// Held by a join calling alone: if the join is given up during its
+    /// call, the joins that came meanwhile are handed on as at its end.
+    passes_on: bool,
 }
 
 impl Place {
@@ -270,11 +321,53 @@ impl Place {
             }
         }
     }
+
+    /// Calls the script for one join in the join's own task, then gives
+    /// the place back or hands it on.
+    async fn alone(mut self, join: Join) -> Answer {
+        self.passes_on = true;
+        let answer = self.joins.call_one(&join).await;
+        self.pass_on();
+        answer
+    }
+
+    /// Gives the place back if nothing of its event waits, or hands it,
+    /// with the joins that wait, to a task of their own (as [`Self::send`]
+    /// goes on, but without holding up the answer of the join that called).
+    fn pass_on(&mut self) {
+        if !self.held {
+            return;
+        }
+        self.held = false;
+        let batch = {
+            let mut lanes = self.joins.lanes();
+            let Some(lane) = lanes.get_mut(&self.keys) else {
+                return;
+            };
+            let batch = lane.next_batch();
+            // Given back under the same lock a join checks it with, so
+            // none is left waiting with no call to take it.
+            if batch.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+                lane.in_flight -= 1;
+                return;
+            }
+            batch
+        };
+        let next = Place {
+            joins: Arc::clone(&self.joins),
+            keys: self.keys.clone(),
+            held: true,
+            passes_on: false,
+        };
+        tokio::spawn(next.send(batch));
+    }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if self.held {
+        if self.passes_on {
+            self.pass_on();
+        } else if self.held {
             if let Some(lane) = self.joins.lanes().get_mut(&self.keys) {
                 lane.in_flight -= 1;
             }

@@ -529,6 +529,97 @@ async fn while_redis_stalls_the_waiting_joins_are_bounded_and_given_up_ones_are_
     assert_eq!(queued, IN_FLIGHT + MAX_WAITING - given_up.len());
 }
 
+/// A join that finds its event's line quiet calls the script in its own
+/// task, starting none; the joins that come while both places are out wait,
+/// and are still sent when the joins holding the places are given up during
+/// their calls (their requests dropped). Against a Redis of this test's own,
+/// paused with `CLIENT PAUSE … WRITE` to hold the calls out.
+#[tokio::test]
+async fn a_lone_join_calls_in_its_own_task_and_hands_on_the_joins_behind_it_if_given_up() {
+    use gateway::joins::{Join, Joins, IN_FLIGHT};
+    let server = OwnRedis::start().await;
+    let mut redis = boxoffice_contract::redis_link::connect(&server.url)
+        .await
+        .unwrap();
+    let joins = std::sync::Arc::new(Joins::new(
+        boxoffice_contract::redis_link::connect(&server.url)
+            .await
+            .unwrap(),
+    ));
+    let keys = EventKeys::new("lone", "ev");
+    let join = |fan: &str| {
+        let (joins, keys, fan) = (joins.clone(), keys.clone(), fan.to_owned());
+        tokio::spawn(async move {
+            joins
+                .join(Join {
+                    keys,
+                    fan_id: fan,
+                    now_ms: now_ms(),
+                    max_queue: 1_000,
+                    prequeue_score: String::new(),
+                    sample: false,
+                })
+                .await
+        })
+    };
+    // One join first, so the connections' own tasks are running.
+    assert!(join("first")
+        .await
+        .unwrap()
+        .unwrap()
+        .starts_with("waiting 1 "));
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let idle = tasks();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(20_000)
+        .arg("WRITE")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let alone: Vec<_> = (0..IN_FLIGHT)
+        .map(|i| join(&format!("alone-{i}")))
+        .collect();
+    let behind = join("behind");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(alone.iter().chain([&behind]).all(|t| !t.is_finished()));
+    assert_eq!(
+        tasks() - idle,
+        IN_FLIGHT + 1,
+        "the joins' own tasks, and no task of a call"
+    );
+    for task in &alone {
+        task.abort();
+    }
+    for task in alone {
+        assert!(task.await.unwrap_err().is_cancelled());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        tasks() - idle,
+        2,
+        "the waiting join, and the call handed on for it"
+    );
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), behind)
+        .await
+        .expect("the join behind the given-up ones is answered")
+        .unwrap()
+        .unwrap();
+    // Redis ran the given-up joins' calls too: they were sent.
+    assert_eq!(answer, format!("waiting {} 0", IN_FLIGHT + 2));
+    let queued: usize = redis.zcard(keys.queue()).await.unwrap();
+    assert_eq!(queued, IN_FLIGHT + 2);
+}
+
 /// Each event has a lane of its own: joins for two events that come
 /// together, on a runtime of two threads, each get a place in their own
 /// event's line, and share calls only with their own event's joins.
