@@ -610,6 +610,25 @@ async fn bench() {
         .find_map(|l| l.strip_prefix("process_id:"))
         .and_then(|p| p.trim().parse().ok())
         .expect("INFO server names Redis's process id");
+    // Its persistence, which the figures depend on: with the append-only
+    // file on, every write is logged and the file is rewritten now and then
+    // by a forked child, on the same cores.
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned();
+    let persistence: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendonly")
+        .query_async(&mut redis)
+        .await
+        .unwrap_or_default();
+    println!(
+        "Redis {version} (process {redis_pid}), appendonly {}",
+        persistence.get(1).map_or("?", String::as_str)
+    );
 
     // Fans in line, each with its queue ticket, for the status polls.
     let keyset = common::keyset();
