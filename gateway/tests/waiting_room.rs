@@ -446,6 +446,18 @@ async fn one_call_of_the_join_script_answers_each_fan_as_if_alone() {
     room.cleanup().await;
 }
 
+/// Holds every write and script on the Redis of `redis` (`CLIENT PAUSE …
+/// WRITE`, for 20 s at most), or lets them go on.
+async fn pause_writes(redis: &mut RedisLink, pause: bool) {
+    let mut command = redis::cmd("CLIENT");
+    if pause {
+        command.arg("PAUSE").arg(20_000).arg("WRITE");
+    } else {
+        command.arg("UNPAUSE");
+    }
+    let _: () = command.query_async(redis).await.unwrap();
+}
+
 /// While Redis stalls, joins wait in the gateway for a call of the script,
 /// but no more than `MAX_WAITING` of them: the rest are refused at once. A
 /// join given up while it waited is not sent when Redis answers again.
@@ -462,13 +474,7 @@ async fn while_redis_stalls_the_waiting_joins_are_bounded_and_given_up_ones_are_
     let joined = boxoffice_contract::redis_link::connect(&url).await.unwrap();
     let joins = std::sync::Arc::new(Joins::new(joined));
     let keys = EventKeys::new("stall", "ev");
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(20_000)
-        .arg("WRITE")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    pause_writes(&mut redis, true).await;
     let refused = 100;
     let tasks: Vec<_> = (0..IN_FLIGHT + MAX_WAITING + refused)
         .map(|i| {
@@ -509,11 +515,7 @@ async fn while_redis_stalls_the_waiting_joins_are_bounded_and_given_up_ones_are_
     for (_, task) in &mut given_up {
         assert!(task.await.unwrap_err().is_cancelled());
     }
-    let _: () = redis::cmd("CLIENT")
-        .arg("UNPAUSE")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    pause_writes(&mut redis, false).await;
     for (i, task) in asking {
         let answer = task.await.unwrap();
         // The first calls were out through the whole pause: past the
@@ -574,13 +576,7 @@ async fn a_lone_join_calls_in_its_own_task_and_hands_on_the_joins_behind_it_if_g
             .num_alive_tasks()
     };
     let idle = tasks();
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(20_000)
-        .arg("WRITE")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    pause_writes(&mut redis, true).await;
     let alone: Vec<_> = (0..IN_FLIGHT)
         .map(|i| join(&format!("alone-{i}")))
         .collect();
@@ -604,11 +600,7 @@ async fn a_lone_join_calls_in_its_own_task_and_hands_on_the_joins_behind_it_if_g
         2,
         "the waiting join, and the call handed on for it"
     );
-    let _: () = redis::cmd("CLIENT")
-        .arg("UNPAUSE")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    pause_writes(&mut redis, false).await;
     let answer = tokio::time::timeout(Duration::from_secs(10), behind)
         .await
         .expect("the join behind the given-up ones is answered")
