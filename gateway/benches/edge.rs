@@ -108,7 +108,6 @@ const JOIN_VS_SCRIPT: &str = "POST /v1/events/{id}/queue, vs the script";
 /// The row of the routes without the layers, under each endpoint's.
 const WITHOUT_LAYERS: &str = "  the same without the protective layers";
 
-/// The middle value (the mean of the two middle ones for an even count).
 /// A table row's figures: each the median over the rounds (the most
 /// non-2xx answers of any round).
 struct Medians {
@@ -145,6 +144,7 @@ impl Medians {
     }
 }
 
+/// The middle value (the mean of the two middle ones for an even count).
 fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
