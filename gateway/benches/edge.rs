@@ -37,7 +37,9 @@
 //!
 //! Knobs: BENCH_SECONDS (default 8), BENCH_ROUNDS (3), BENCH_FIXED_ROUNDS
 //! (BENCH_ROUNDS), BENCH_CONNECTIONS (64), BENCH_FANS
-//! (1000000, for the memory figure), BENCH_RATE_SHARE (0.5), BENCH_LOG (the
+//! (1000000, for the memory figure; 0 leaves it out), BENCH_KINDS
+//! (`status,join`: the endpoints measured, for a quicker A/B of one; the
+//! status poll with span export comes with `status`), BENCH_RATE_SHARE (0.5), BENCH_LOG (the
 //! log filter, `info`), BENCH_LOG_JSON (`true` for the JSON lines of k8s/;
 //! default `false`, the plain text of compose), BENCH_BASELINE_SPIN_NS (0:
 //! CPU the status baseline burns per request, to compare tails at equal CPU;
@@ -245,6 +247,19 @@ enum Kind {
 }
 
 impl Kind {
+    /// The endpoints `BENCH_KINDS` names (`status`, `join`, comma-separated).
+    fn chosen() -> Vec<Kind> {
+        let names = std::env::var("BENCH_KINDS").unwrap_or_else(|_| "status,join".into());
+        names
+            .split(',')
+            .map(|name| match name.trim() {
+                "status" => Kind::Status,
+                "join" => Kind::Join,
+                other => panic!("BENCH_KINDS: `{other}` is neither `status` nor `join`"),
+            })
+            .collect()
+    }
+
     /// The rows' names in the report: its baseline's and its own.
     fn labels(self) -> (&'static str, &'static str) {
         match self {
@@ -598,6 +613,7 @@ async fn bench() {
         &std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
         env_or("BENCH_LOG_JSON", false),
     );
+    let kinds = Kind::chosen();
     let (mut redis, url, prefix, keys) = common::open_event(100_000_000).await;
     // Whose CPU Redis's is, for the CPU per request.
     let info: String = redis::cmd("INFO")
@@ -686,12 +702,16 @@ async fn bench() {
     let rounds: usize = env_or("BENCH_ROUNDS", 3).max(1);
     let fixed_rounds: usize = env_or("BENCH_FIXED_ROUNDS", rounds).max(1);
     let (saturated, fixed) = tokio::task::spawn_blocking({
-        let (tokens, scripts) = (tokens.clone(), scripts.clone());
+        let (tokens, scripts, kinds) = (tokens.clone(), scripts.clone(), kinds.clone());
         let (gateway_url, baseline_url) = (gateway_url.clone(), baseline_url.clone());
         move || {
             let mut saturated = Vec::new();
             let mut fixed = Vec::new();
-            for (kind, script) in [Kind::Status, Kind::Join].into_iter().zip(&scripts) {
+            let chosen = [Kind::Status, Kind::Join]
+                .into_iter()
+                .zip(&scripts)
+                .filter(|(kind, _)| kinds.contains(kind));
+            for (kind, script) in chosen {
                 // Each phase is announced on stderr, for scripts/profile_edge.sh.
                 let name = if kind == Kind::Status {
                     "status"
@@ -751,13 +771,16 @@ async fn bench() {
     .await;
     boxoffice_contract::otlp::install(gateway::SERVICE, Some(&format!("{sink}/v1/traces")))
         .unwrap();
-    eprintln!("phase status-otlp");
-    let traced = tokio::task::spawn_blocking({
+    let traced = if kinds.contains(&Kind::Status) {
+        eprintln!("phase status-otlp");
         let script = scripts[0].clone();
-        move || wrk(&gateway_url, Kind::Status, &script, redis_pid)
-    })
-    .await
-    .unwrap();
+        let traced = tokio::task::spawn_blocking(move || {
+            wrk(&gateway_url, Kind::Status, &script, redis_pid)
+        });
+        Some(traced.await.unwrap())
+    } else {
+        None
+    };
     for path in scripts.iter().chain([&tokens]) {
         let _ = std::fs::remove_file(path);
     }
@@ -805,14 +828,16 @@ async fn bench() {
             row(WITHOUT_LAYERS, rounds, bare, script_base);
         }
     }
-    let status_ours = median(saturated[0].1.iter().map(|r| r.ours.requests_per_s));
-    let change = 100.0 * (traced.requests_per_s / status_ours - 1.0);
-    println!(
-        "with OTLP span export on, the status poll served {:.0} req/s: {:.0}% {} than the rounds' median",
-        traced.requests_per_s,
-        change.abs(),
-        if change < 0.0 { "less" } else { "more" }
-    );
+    if let (Some(traced), Some((_, status))) = (traced, saturated.first()) {
+        let status_ours = median(status.iter().map(|r| r.ours.requests_per_s));
+        let change = 100.0 * (traced.requests_per_s / status_ours - 1.0);
+        println!(
+            "with OTLP span export on, the status poll served {:.0} req/s: {:.0}% {} than the rounds' median",
+            traced.requests_per_s,
+            change.abs(),
+            if change < 0.0 { "less" } else { "more" }
+        );
+    }
     println!(
         "\nCPU per request at saturation, µs, median over the rounds (server: the process under test; other: the rest of the machine, kernel threads included; \
          stolen: time the hypervisor gave to other guests, not in the total)"
@@ -891,6 +916,9 @@ async fn bench() {
 /// One million fans queued through the real join script, against a bare ZADD of the same ids.
 async fn memory(redis: &mut ConnectionManager) {
     let fans: u64 = env_or("BENCH_FANS", 1_000_000);
+    if fans == 0 {
+        return;
+    }
     let prefix = format!("bench{}", uuid::Uuid::new_v4().simple());
     let keys = EventKeys::new(&prefix, "mem");
     let _: () = redis
