@@ -96,6 +96,28 @@ struct Round {
     script_base: Option<Run>,
 }
 
+/// One of the servers measured in a round.
+#[derive(Clone, Copy, PartialEq)]
+enum Server {
+    Baseline,
+    Gateway,
+    WithoutLayers,
+    /// The join's second baseline.
+    ScriptBaseline,
+}
+
+impl Server {
+    /// Its run in `round`.
+    fn run(self, round: &Round) -> Run {
+        match self {
+            Server::Baseline => round.base,
+            Server::Gateway => round.ours,
+            Server::WithoutLayers => round.bare,
+            Server::ScriptBaseline => round.script_base.expect("the join's rounds have it"),
+        }
+    }
+}
+
 /// The fixed-rate measure of one endpoint: rounds of each server at the
 /// same offered rate, back to back (the same fields as a saturation round,
 /// without the CPU).
@@ -125,11 +147,11 @@ impl Medians {
     /// `ratio` of that run to the run `against` chooses.
     fn of(
         rounds: &[Round],
-        pick: fn(&Round) -> Run,
-        against: fn(&Round) -> Run,
+        pick: Server,
+        against: Server,
         ratio: fn(&Run, &Run) -> f64,
     ) -> (Self, Vec<f64>) {
-        let runs: Vec<Run> = rounds.iter().map(pick).collect();
+        let runs: Vec<Run> = rounds.iter().map(|r| pick.run(r)).collect();
         let of = |figure: fn(&Run) -> f64| median(runs.iter().map(figure));
         let medians = Self {
             requests_per_s: of(|r| r.requests_per_s),
@@ -140,7 +162,7 @@ impl Medians {
         };
         let ratios = rounds
             .iter()
-            .map(|r| ratio(&pick(r), &against(r)))
+            .map(|r| ratio(&pick.run(r), &against.run(r)))
             .collect();
         (medians, ratios)
     }
@@ -272,6 +294,26 @@ impl Kind {
                 "POST /v1/events/{id}/queue (new fan)",
             ),
         }
+    }
+
+    /// The rows of each table for this endpoint: a label, the server shown
+    /// and the server it is compared with.
+    fn rows(self) -> Vec<(&'static str, Server, Server)> {
+        use Server::*;
+        let (baseline, name) = self.labels();
+        let mut rows = vec![
+            (baseline, Baseline, Baseline),
+            (name, Gateway, Baseline),
+            (WITHOUT_LAYERS, WithoutLayers, Baseline),
+        ];
+        if self == Kind::Join {
+            rows.extend([
+                (SCRIPT_BASELINE, ScriptBaseline, Baseline),
+                (JOIN_VS_SCRIPT, Gateway, ScriptBaseline),
+                (WITHOUT_LAYERS, WithoutLayers, ScriptBaseline),
+            ]);
+        }
+        rows
     }
 
     fn path(self) -> &'static str {
@@ -797,35 +839,24 @@ async fn bench() {
         "{:<44} {:>9} {:>8} {:>8} {:>8}   vs baseline",
         "endpoint", "req/s", "p50 ms", "p99 ms", "non-2xx"
     );
-    let row =
-        |name: &str, rounds: &[Round], pick: fn(&Round) -> Run, against: fn(&Round) -> Run| {
-            let (m, ratios) = Medians::of(rounds, pick, against, |run, base| {
-                100.0 * run.requests_per_s / base.requests_per_s
-            });
-            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.0}")).collect();
-            println!(
-                "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8}   {:.0}% ({})",
-                m.requests_per_s,
-                m.p50_ms,
-                m.p99_ms,
-                m.non_2xx,
-                median(ratios.iter().copied()),
-                each.join(" ")
-            )
-        };
-    let base = |r: &Round| r.base;
-    let ours = |r: &Round| r.ours;
-    let bare = |r: &Round| r.bare;
-    let script_base = |r: &Round| r.script_base.expect("the join's rounds have it");
+    let row = |name: &str, rounds: &[Round], pick: Server, against: Server| {
+        let (m, ratios) = Medians::of(rounds, pick, against, |run, base| {
+            100.0 * run.requests_per_s / base.requests_per_s
+        });
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.0}")).collect();
+        println!(
+            "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8}   {:.0}% ({})",
+            m.requests_per_s,
+            m.p50_ms,
+            m.p99_ms,
+            m.non_2xx,
+            median(ratios.iter().copied()),
+            each.join(" ")
+        )
+    };
     for (kind, rounds) in &saturated {
-        let (baseline, name) = kind.labels();
-        row(baseline, rounds, base, base);
-        row(name, rounds, ours, base);
-        row(WITHOUT_LAYERS, rounds, bare, base);
-        if *kind == Kind::Join {
-            row(SCRIPT_BASELINE, rounds, script_base, base);
-            row(JOIN_VS_SCRIPT, rounds, ours, script_base);
-            row(WITHOUT_LAYERS, rounds, bare, script_base);
+        for (name, pick, against) in kind.rows() {
+            row(name, rounds, pick, against);
         }
     }
     if let (Some(traced), Some((_, status))) = (traced, saturated.first()) {
@@ -846,8 +877,8 @@ async fn bench() {
         "{:<44} {:>8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>8}",
         "endpoint", "server", "Redis", "wrk", "other", "total", "vs baseline", "stolen"
     );
-    let cpu_row = |name: &str, rounds: &[Round], pick: fn(&Round) -> Run| {
-        let cpu: Vec<CpuPerRequest> = rounds.iter().map(|r| pick(r).cpu.unwrap()).collect();
+    let cpu_row = |name: &str, rounds: &[Round], pick: Server| {
+        let cpu: Vec<CpuPerRequest> = rounds.iter().map(|r| pick.run(r).cpu.unwrap()).collect();
         let of = |f: fn(&CpuPerRequest) -> f64| median(cpu.iter().map(f));
         let total = |c: &CpuPerRequest| c.server + c.redis + c.wrk + c.other;
         let base_total = median(rounds.iter().map(|r| total(&r.base.cpu.unwrap())));
@@ -863,12 +894,13 @@ async fn bench() {
         )
     };
     for (kind, rounds) in &saturated {
-        let (baseline, name) = kind.labels();
-        cpu_row(baseline, rounds, base);
-        cpu_row(name, rounds, ours);
-        cpu_row(WITHOUT_LAYERS, rounds, bare);
-        if *kind == Kind::Join {
-            cpu_row(SCRIPT_BASELINE, rounds, script_base);
+        // One row a server: those compared with the baseline.
+        for (name, pick, _) in kind
+            .rows()
+            .into_iter()
+            .filter(|row| row.2 == Server::Baseline)
+        {
+            cpu_row(name, rounds, pick);
         }
     }
     println!(
@@ -881,31 +913,23 @@ async fn bench() {
         "{:<44} {:>9} {:>8} {:>8} {:>8} {:>8} {:>13}",
         "endpoint", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "non-2xx", "p99 vs base"
     );
-    let fixed_row =
-        |name: &str, rounds: &[Round], pick: fn(&Round) -> Run, against: fn(&Round) -> Run| {
-            let (m, ratios) =
-                Medians::of(rounds, pick, against, |run, base| run.p99_ms / base.p99_ms);
-            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-            println!(
-                "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>12.2}x ({})",
-                m.requests_per_s,
-                m.p50_ms,
-                m.p99_ms,
-                m.p999_ms,
-                m.non_2xx,
-                median(ratios.iter().copied()),
-                each.join(" ")
-            )
-        };
+    let fixed_row = |name: &str, rounds: &[Round], pick: Server, against: Server| {
+        let (m, ratios) = Medians::of(rounds, pick, against, |run, base| run.p99_ms / base.p99_ms);
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "{name:<44} {:>9.0} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>12.2}x ({})",
+            m.requests_per_s,
+            m.p50_ms,
+            m.p99_ms,
+            m.p999_ms,
+            m.non_2xx,
+            median(ratios.iter().copied()),
+            each.join(" ")
+        )
+    };
     for Fixed { kind, rounds } in &fixed {
-        let (baseline, name) = kind.labels();
-        fixed_row(baseline, rounds, base, base);
-        fixed_row(name, rounds, ours, base);
-        fixed_row(WITHOUT_LAYERS, rounds, bare, base);
-        if *kind == Kind::Join {
-            fixed_row(SCRIPT_BASELINE, rounds, script_base, base);
-            fixed_row(JOIN_VS_SCRIPT, rounds, ours, script_base);
-            fixed_row(WITHOUT_LAYERS, rounds, bare, script_base);
+        for (name, pick, against) in kind.rows() {
+            fixed_row(name, rounds, pick, against);
         }
     }
     common::cleanup(&mut redis, &prefix).await;
