@@ -35,6 +35,14 @@ impl EventKeys {
         [self.base.as_str(), ":", suffix].concat()
     }
 
+    /// The key `suffix` as a command's argument, written in place.
+    fn arg(&self, suffix: &'static str) -> KeyArg<'_> {
+        KeyArg {
+            base: &self.base,
+            suffix,
+        }
+    }
+
     fn key_of(&self, kind: &str, id: &str) -> String {
         [self.base.as_str(), ":", kind, ":", id].concat()
     }
@@ -83,6 +91,46 @@ impl EventKeys {
     pub fn pow_used(&self, challenge: &str) -> String {
         self.key_of("pow", challenge)
     }
+
+    /// [`Self::queue`] as a command's argument, written in place.
+    pub fn queue_arg(&self) -> KeyArg<'_> {
+        self.arg("queue")
+    }
+    /// [`Self::seq`] as a command's argument, written in place.
+    pub fn seq_arg(&self) -> KeyArg<'_> {
+        self.arg("seq")
+    }
+    /// [`Self::active`] as a command's argument, written in place.
+    pub fn active_arg(&self) -> KeyArg<'_> {
+        self.arg("active")
+    }
+    /// [`Self::joins`] as a command's argument, written in place.
+    pub fn joins_arg(&self) -> KeyArg<'_> {
+        self.arg("joins")
+    }
+}
+
+/// One of an event's keys as a command's argument, written into the
+/// command where it goes rather than made a `String` first and copied: the
+/// join script's four keys and the status poll's one, on every request.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyArg<'a> {
+    base: &'a str,
+    suffix: &'static str,
+}
+
+impl redis::ToRedisArgs for KeyArg<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        use std::io::Write;
+        let mut arg = out.writer_for_next_arg();
+        // Writes into the command's own buffer: they cannot fail.
+        let _ = arg.write_all(self.base.as_bytes());
+        let _ = arg.write_all(b":");
+        let _ = arg.write_all(self.suffix.as_bytes());
+    }
 }
 
 /// The set of event ids the admission loop ticks.
@@ -126,6 +174,28 @@ fn crc16(data: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key written in place is the same argument as the key's `String`.
+    #[test]
+    fn keys_written_in_place_are_the_keys() {
+        let keys = EventKeys::new("bo", "ev-1");
+        for (in_place, key) in [
+            (keys.queue_arg(), keys.queue()),
+            (keys.seq_arg(), keys.seq()),
+            (keys.active_arg(), keys.active()),
+            (keys.joins_arg(), keys.joins()),
+        ] {
+            let mut written = redis::cmd("X");
+            written.arg(in_place).arg(1);
+            let mut made = redis::cmd("X");
+            made.arg(&key).arg(1);
+            assert_eq!(written.get_packed_command(), made.get_packed_command());
+            assert_eq!(
+                redis::ToRedisArgs::to_redis_args(&in_place),
+                vec![key.into_bytes()]
+            );
+        }
+    }
 
     #[test]
     fn cluster_slots_match_redis() {

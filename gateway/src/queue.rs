@@ -545,7 +545,10 @@ async fn status(
     // A waiting fan (the crowd) costs one native read, no script since
     // nothing is written: its rank.
     let mut redis = state.redis.clone();
-    let rank: Option<i64> = redis.zrank(keys.queue(), &fan).await.map_err(redis_down)?;
+    let rank: Option<i64> = redis
+        .zrank(keys.queue_arg(), &fan)
+        .await
+        .map_err(redis_down)?;
     let now = now_ms();
     // Out of line: admitted, or lapsed. The admission's expiry and, once a
     // `seats-held` answer renewed it, its held-over key name the access

@@ -612,6 +612,42 @@ async fn a_lone_join_calls_in_its_own_task_and_hands_on_the_joins_behind_it_if_g
     assert_eq!(queued, IN_FLIGHT + 2);
 }
 
+/// The join script is sent by its hash; a Redis that has lost it
+/// (restarted, or its scripts flushed) is sent the script and the same
+/// call again, and the join is answered.
+#[tokio::test]
+async fn a_join_after_redis_lost_the_script_loads_it_and_is_answered() {
+    use gateway::joins::{Join, Joins};
+    let server = OwnRedis::start().await;
+    let mut redis = boxoffice_contract::redis_link::connect(&server.url)
+        .await
+        .unwrap();
+    let joins = std::sync::Arc::new(Joins::new(redis.clone()));
+    let keys = EventKeys::new("lost", "ev");
+    let join = |fan: &str| Join {
+        keys: keys.clone(),
+        fan_id: fan.to_owned(),
+        now_ms: now_ms(),
+        max_queue: 1_000,
+        prequeue_score: String::new(),
+        sample: false,
+    };
+    for (i, fan) in ["first", "second"].into_iter().enumerate() {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let answer = joins.join(join(fan)).await.unwrap();
+        assert!(
+            answer.starts_with(&format!("waiting {} ", i + 1)),
+            "{answer}"
+        );
+    }
+    let queued: usize = redis.zcard(keys.queue()).await.unwrap();
+    assert_eq!(queued, 2);
+}
+
 /// Each event has a lane of its own: joins for two events that come
 /// together, on a runtime of two threads, each get a place in their own
 /// event's line, and share calls only with their own event's joins.
