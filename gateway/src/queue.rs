@@ -401,18 +401,22 @@ async fn join(
     } else {
         poll_after(eta, rand::random())
     };
-    Ok((
-        status,
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            ),
-            (header::RETRY_AFTER, HeaderValue::from(retry)),
-        ],
-        body.to_json(),
-    )
-        .into_response())
+    Ok(json_response(status, body.to_json(), retry))
+}
+
+/// A JSON answer with its `Retry-After`, built in place: a body's own
+/// `IntoResponse` would set a content type for this one to replace (the
+/// join's answer and a waiting fan's, on every request of the crowd).
+fn json_response(status: StatusCode, json: Vec<u8>, retry_after_s: u64) -> Response {
+    let mut response = Response::new(axum::body::Body::from(json));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+    response
 }
 
 /// The join script's answer, `OUTCOME A B`; an outcome of its own (refused
@@ -571,16 +575,7 @@ async fn status(
             let eta = eta_seconds(rank + 1, event.rate());
             let retry = poll_after(eta, rand::random());
             let body = QueueStatus::waiting_json(rank + 1, eta, event.seats.all_held());
-            // Built in place: a body's own `IntoResponse` would set a
-            // content type for this one to replace.
-            let mut response = Response::new(axum::body::Body::from(body));
-            let headers = response.headers_mut();
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry));
-            Ok(response)
+            Ok(json_response(StatusCode::OK, body, retry))
         }
         (None, Some(expiry)) if expiry as i64 > now => {
             let expiry = expiry as i64;
