@@ -17,7 +17,6 @@ use boxoffice_contract::keys::{valid_event_id, EventKeys};
 use boxoffice_contract::token::{admission_jti_of, now_s, Claims, TokenUse};
 use boxoffice_contract::Problem;
 use chrono::{DateTime, Utc};
-use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -549,8 +548,12 @@ async fn status(
     // A waiting fan (the crowd) costs one native read, no script since
     // nothing is written: its rank.
     let mut redis = state.redis.clone();
-    let rank: Option<i64> = redis
-        .zrank(keys.queue_arg(), &fan)
+    // Sized once, so the key written in place does not grow it piece by piece.
+    let rank: Option<i64> = redis::Cmd::with_capacity(3, 128 + fan.len())
+        .arg("ZRANK")
+        .arg(keys.queue_arg())
+        .arg(&fan)
+        .query_async(&mut redis)
         .await
         .map_err(redis_down)?;
     let now = now_ms();
