@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every BoxOffice benchmark, each beside the baseline it measures in the
 # same run, and a short load-test `sale` against the whole stack, then writes
-# BENCHMARKS.md with the figures, the machine and the commands.
+# target/bench/BENCHMARKS.md with the figures, the machine and the commands.
+# It leaves the repository's BENCHMARKS.md alone: that file quotes such
+# reports with what each run says written beside it, by hand.
 #
 #   scripts/bench.sh              # everything (about 10-15 minutes on 2 cores)
 #   scripts/bench.sh edge tokens  # only these: edge cost tokens purchase pipeline workers idle sale
@@ -90,7 +92,7 @@ for s in "${STEPS[@]}"; do
   esac
 done
 
-say "writing BENCHMARKS.md"
+say "writing $OUT/BENCHMARKS.md"
 {
   echo "# BoxOffice benchmarks"
   echo
@@ -148,5 +150,5 @@ TABLE
     fi
     echo
   done
-} >BENCHMARKS.md
-say "BENCHMARKS.md written"
+} >"$OUT/BENCHMARKS.md"
+say "$OUT/BENCHMARKS.md written"
