@@ -31,6 +31,7 @@
 use std::cell::RefCell;
 use std::fmt::{self, Write};
 
+use axum::extract::MatchedPath;
 use axum::http::Method;
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::{Format, Full, Json, Writer};
@@ -50,6 +51,9 @@ pub struct RequestLog {
     path_len: usize,
     cx: TraceContext,
     parent: ParentSpan,
+    /// The route the router matched, once it has ([`set_route`]): not in
+    /// the lines, but kept with the request for its metrics.
+    route: Option<MatchedPath>,
 }
 
 impl RequestLog {
@@ -69,7 +73,13 @@ impl RequestLog {
             path_len: path.len(),
             cx,
             parent,
+            route: None,
         }
+    }
+
+    /// The route the router matched, if it did and said so ([`set_route`]).
+    pub fn route(&self) -> Option<&MatchedPath> {
+        self.route.as_ref()
     }
 
     /// The fields, in the order the span had them.
@@ -146,6 +156,25 @@ pub fn with_request<R>(request: &mut Option<RequestLog>, f: impl FnOnce() -> R) 
 fn swap_current(request: &mut Option<RequestLog>) {
     // Only while the thread's locals are torn down is there none to swap with.
     let _ = CURRENT.try_with(|current| std::mem::swap(request, &mut current.borrow_mut()));
+}
+
+/// Tells this thread's current request, if any, which route it took: for a
+/// layer around a router (the router matches inside it, and the request,
+/// with its `MatchedPath`, goes on to the handler). Called from inside the
+/// router ([`crate::telemetry::MarkRoute`]), while the request is current.
+pub fn set_route(route: &MatchedPath) {
+    let _ = CURRENT.try_with(|current| {
+        if let Ok(mut current) = current.try_borrow_mut() {
+            if let Some(request) = current.as_mut() {
+                request.route = Some(route.clone());
+            }
+        }
+    });
+}
+
+/// This thread's current request's route, if it has one ([`set_route`]).
+pub fn route() -> Option<MatchedPath> {
+    current(|request| request.and_then(RequestLog::route).cloned())
 }
 
 /// `f` of this thread's current request, if any.

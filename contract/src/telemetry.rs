@@ -165,15 +165,15 @@ pub async fn metrics_endpoint() -> impl axum::response::IntoResponse {
     )
 }
 
-/// The route a response was produced by, for middleware that runs before
-/// routing (the gateway's edge layers): [`MarkRoute`] puts it on the response.
-#[derive(Clone)]
-struct RouteOf(MatchedPath);
-
-/// Inner half of [`Traced`] where `Traced` wraps more than a router: copies
-/// the matched route onto the response. `routes.layer(MarkRoute)`: a plain
-/// layer rather than `axum::middleware::from_fn`, which would box the next
-/// service and the future of every request.
+/// Inner half of [`Traced`] where `Traced` wraps more than a router: tells
+/// the request, current while the router calls its route, which route it
+/// took (`request_log::set_route`), so that its answer is counted under it
+/// whoever answers: the route, or a layer between `Traced` and the router
+/// (a deadline's 504). `routes.layer(MarkRoute)`: a plain layer rather than
+/// `axum::middleware::from_fn`, which would box the next service and the
+/// future of every request; and the route rides with the request's log, as
+/// the router's `MatchedPath` rides with the request, rather than on the
+/// response, whose extensions (a map allocated for it) it would be alone in.
 #[derive(Debug, Clone, Copy)]
 pub struct MarkRoute;
 
@@ -195,42 +195,17 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Marked<S::Future>;
+    type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.0.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        Marked {
-            route: request.extensions().get::<MatchedPath>().cloned(),
-            future: self.0.call(request),
+        if let Some(route) = request.extensions().get::<MatchedPath>() {
+            crate::request_log::set_route(route);
         }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The answer of [`MarkRouteService`], marked with its route.
-    pub struct Marked<F> {
-        #[pin]
-        future: F,
-        route: Option<MatchedPath>,
-    }
-}
-
-impl<F, E> Future for Marked<F>
-where
-    F: Future<Output = Result<Response, E>>,
-{
-    type Output = Result<Response, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let mut response = std::task::ready!(this.future.poll(cx))?;
-        if let Some(route) = this.route.take() {
-            response.extensions_mut().insert(RouteOf(route));
-        }
-        Poll::Ready(Ok(response))
+        self.0.call(request)
     }
 }
 
@@ -484,9 +459,12 @@ impl Observation {
                 "answered with a server error"
             );
         }
+        // Matched before `Traced` (inside a router), or after it (a router
+        // inside, with `MarkRoute`): the request is current here.
+        let marked = matched.is_none().then(crate::request_log::route).flatten();
         let route = matched
             .as_ref()
-            .or_else(|| response.extensions().get::<RouteOf>().map(|r| &r.0))
+            .or(marked.as_ref())
             .map_or("unmatched", MatchedPath::as_str);
         record_http(route, status, elapsed.as_secs_f64());
         if let Some(method) = method {
@@ -540,6 +518,58 @@ mod tests {
             r#"boxoffice_http_requests_total{route="/b",status="200"} 1"#,
             r#"boxoffice_http_request_duration_seconds_count{route="/a"} 4"#,
             r#"boxoffice_http_request_duration_seconds_count{route="/b"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
+
+    /// Around a router (as the gateway's edge layers are), an answer is
+    /// counted under the route the router matched, with `MarkRoute` on its
+    /// routes: also an answer that a layer between the two gave in the
+    /// route's place (a deadline's 504), which carries nothing of the
+    /// route's own; a path no route matches, under "unmatched".
+    #[test]
+    fn answers_from_behind_a_router_are_counted_by_its_route() {
+        use tower::{ServiceBuilder, ServiceExt};
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let get = |path: &str| Request::get(path).body(axum::body::Body::empty()).unwrap();
+        metrics::with_local_recorder(&recorder, || {
+            runtime.block_on(async {
+                let routes = axum::Router::new()
+                    .route("/items/{id}", axum::routing::get(|| async { "an item" }))
+                    .layer(MarkRoute);
+                let traced = ServiceBuilder::new()
+                    .layer(Traced(None))
+                    .service(routes.clone());
+                for (path, status) in [
+                    ("/items/1", StatusCode::OK),
+                    ("/items/2", StatusCode::OK),
+                    ("/nothing", StatusCode::NOT_FOUND),
+                ] {
+                    let response = traced.clone().oneshot(get(path)).await.unwrap();
+                    assert_eq!(response.status(), status, "{path}");
+                }
+                let cut_short = ServiceBuilder::new()
+                    .layer(Traced(None))
+                    .map_response(|_: Response| {
+                        let mut response = Response::new(axum::body::Body::empty());
+                        *response.status_mut() = StatusCode::GATEWAY_TIMEOUT;
+                        response
+                    })
+                    .service(routes);
+                let response = cut_short.oneshot(get("/items/3")).await.unwrap();
+                assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+            })
+        });
+        let text = handle.render();
+        for line in [
+            r#"boxoffice_http_requests_total{route="/items/{id}",status="200"} 2"#,
+            r#"boxoffice_http_requests_total{route="unmatched",status="404"} 1"#,
+            r#"boxoffice_http_requests_total{route="/items/{id}",status="504"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

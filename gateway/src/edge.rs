@@ -10,7 +10,10 @@
 //!    span (`request_id`, `trace_id`) and sent on to the order service. The
 //!    span's layer counts `boxoffice_http_requests_total{route,status}` and
 //!    times `boxoffice_http_request_duration_seconds`, so answers of the
-//!    layers below (429, 503) are counted too;
+//!    layers below are counted too: under `route="unmatched"` when given
+//!    before the router matched a route (429, a shed 503), under the route
+//!    after (a passed deadline's 503; `telemetry::MarkRoute` on the routes
+//!    tells the request which it took);
 //! 2. per-IP rate limit (`tower_governor`, keyed by [`crate::client_ip`]):
 //!    past the quota, 429 `rate-limited` with `Retry-After`, before any work
 //!    is done; idle addresses are forgotten every minute;
