@@ -526,8 +526,9 @@ mod tests {
     /// Around a router (as the gateway's edge layers are), an answer is
     /// counted under the route the router matched, with `MarkRoute` on its
     /// routes: also an answer that a layer between the two gave in the
-    /// route's place (a deadline's 504), which carries nothing of the
-    /// route's own; a path no route matches, under "unmatched".
+    /// route's place (as the gateway's deadline gives a 503), which carries
+    /// nothing of the route's own; a path no route matches, under
+    /// "unmatched".
     #[test]
     fn answers_from_behind_a_router_are_counted_by_its_route() {
         use tower::{ServiceBuilder, ServiceExt};
