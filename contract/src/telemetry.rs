@@ -169,11 +169,12 @@ pub async fn metrics_endpoint() -> impl axum::response::IntoResponse {
 /// the request, current while the router calls its route, which route it
 /// took (`request_log::set_route`), so that its answer is counted under it
 /// whoever answers: the route, or a layer between `Traced` and the router
-/// (a passed deadline's 503). `routes.layer(MarkRoute)`: a plain layer rather than
-/// `axum::middleware::from_fn`, which would box the next service and the
-/// future of every request; and the route rides with the request's log, as
-/// the router's `MatchedPath` rides with the request, rather than on the
-/// response, whose extensions (a map allocated for it) it would be alone in.
+/// (a passed deadline's 503). `routes.layer(MarkRoute)`: a plain layer
+/// rather than `axum::middleware::from_fn`, which would box the next service
+/// and the future of every request; and the route rides with the request's
+/// log, as the router's `MatchedPath` rides with the request, rather than
+/// on the response, whose extensions (a map allocated for it) it would be
+/// alone in.
 #[derive(Debug, Clone, Copy)]
 pub struct MarkRoute;
 
