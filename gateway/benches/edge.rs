@@ -39,7 +39,9 @@
 //! (BENCH_ROUNDS), BENCH_CONNECTIONS (64), BENCH_FANS
 //! (1000000, for the memory figure; 0 leaves it out), BENCH_KINDS
 //! (`status,join`: the endpoints measured, for a quicker A/B of one; the
-//! status poll with span export comes with `status`), BENCH_RATE_SHARE (0.5), BENCH_LOG (the
+//! status poll with span export comes with `status`), BENCH_RATE_SHARE (0.5),
+//! BENCH_PACE_US (0: the fixed rate's requests paced by tokio's 1 ms timer;
+//! else by a thread every that many µs, see `open_model_client`), BENCH_LOG (the
 //! log filter, `info`), BENCH_LOG_JSON (`true` for the JSON lines of k8s/;
 //! default `false`, the plain text of compose), BENCH_BASELINE_SPIN_NS (0:
 //! CPU the status baseline burns per request, to compare tails at equal CPU;
@@ -471,6 +473,13 @@ fn open_model(base_url: &str, kind: Kind, tokens: &std::path::Path, rate: f64) -
 /// connection sat idle waiting for that moment (then from when the timer,
 /// 1 ms grained, woke it): a server stall counts for every request it holds
 /// up, the generator's own timer for none. Prints one `open` line.
+///
+/// tokio's timer is 1 ms grained: at 38,000 requests a second, about 38
+/// fall due at each tick and reach the server together. `BENCH_PACE_US`
+/// (0: off, the default) hands the requests out from a thread of their own
+/// instead, every that many microseconds (a semaphore's permits, one a
+/// request due), so they come a few at a time; the latency of a request
+/// whose connection waited then runs from when its permit woke it.
 fn open_model_client(address: String) {
     let kind = match std::env::var("BENCH_OPEN_KIND").as_deref() {
         Ok("status") => Kind::Status,
@@ -493,10 +502,33 @@ fn open_model_client(address: String) {
         let next = std::rc::Rc::new(std::cell::Cell::new(0u64));
         let tokens = std::rc::Rc::new(tokens);
         let start = tokio::time::Instant::now() + Duration::from_millis(50);
+        let pace_us: u64 = env_or("BENCH_PACE_US", 0);
+        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        if pace_us > 0 {
+            let permits = permits.clone();
+            let start = start.into_std();
+            std::thread::spawn(move || {
+                let mut released = 0u64;
+                while released < total {
+                    let now = Instant::now();
+                    if now >= start {
+                        let due = (((now - start).as_secs_f64() * rate) as u64 + 1).min(total);
+                        if due > released {
+                            permits.add_permits((due - released) as usize);
+                            released = due;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_micros(pace_us));
+                }
+                // Wakes the connections still waiting, to find no request left.
+                permits.add_permits(connections);
+            });
+        }
         let local = tokio::task::LocalSet::new();
         let mut tasks = Vec::new();
         for _ in 0..connections {
             let (next, tokens, address) = (next.clone(), tokens.clone(), address.clone());
+            let permits = permits.clone();
             tasks.push(local.spawn_local(async move {
                 let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
                 stream.set_nodelay(true).unwrap();
@@ -504,6 +536,21 @@ fn open_model_client(address: String) {
                 let mut latencies = Vec::new();
                 let mut failed = 0u64;
                 loop {
+                    // With the pacer: wait for a request to fall due; from
+                    // when it woke if it waited, from when it was due if not.
+                    let mut woke = None;
+                    if pace_us > 0 {
+                        if next.get() >= total {
+                            break;
+                        }
+                        match permits.try_acquire() {
+                            Ok(permit) => permit.forget(),
+                            Err(_) => {
+                                permits.acquire().await.unwrap().forget();
+                                woke = Some(tokio::time::Instant::now());
+                            }
+                        }
+                    }
                     let i = next.get();
                     if i >= total {
                         break;
@@ -511,7 +558,9 @@ fn open_model_client(address: String) {
                     next.set(i + 1);
                     let due = start + Duration::from_secs_f64(i as f64 / rate);
                     let request = request_bytes(kind, &address, &tokens, i);
-                    let from = if tokio::time::Instant::now() < due {
+                    let from = if pace_us > 0 {
+                        woke.unwrap_or(due)
+                    } else if tokio::time::Instant::now() < due {
                         tokio::time::sleep_until(due).await;
                         tokio::time::Instant::now()
                     } else {
