@@ -78,7 +78,7 @@ impl RequestLog {
     }
 
     /// The route the router matched, if it did and said so ([`set_route`]).
-    pub fn route(&self) -> Option<&MatchedPath> {
+    fn route(&self) -> Option<&MatchedPath> {
         self.route.as_ref()
     }
 
