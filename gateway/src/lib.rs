@@ -245,13 +245,14 @@ impl<S> ConnectionService<S> {
 }
 
 /// A request's extensions as [`ConnectionService`] hands it on: its
-/// [`Connection`], in a map with room for seven values. A request gathers
-/// seven (its connection, client and trace context; the body limit's; the
-/// router's matched path, path parameters and original URI), and a map
-/// grown one value at a time is built twice on the way (room for three,
-/// then for seven): copied from this one, it is allocated once (about 800
-/// instructions a request fewer, `scripts/edge_cost.sh`). The map keeps its
-/// room when values leave it, so three placeholders make it and go.
+/// [`Connection`], in a map with room for seven values. A join or a status
+/// poll gathers seven (its connection, client and trace context; the body
+/// limit's; the router's matched path, path parameters and original URI; a
+/// purchase one more, its access token's claims), and a map grown one value
+/// at a time is built twice on the way (room for three, then for seven):
+/// copied from this one, it is allocated once (about 800 instructions a
+/// request fewer, `scripts/edge_cost.sh`). The map keeps its room when
+/// values leave it, so three placeholders make it and go.
 fn first_extensions(connection: Connection) -> axum::http::Extensions {
     #[derive(Clone, Copy)]
     struct Room<const N: u8>;
