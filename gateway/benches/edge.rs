@@ -45,7 +45,9 @@
 //! log filter, `info`), BENCH_LOG_JSON (`true` for the JSON lines of k8s/;
 //! default `false`, the plain text of compose), BENCH_BASELINE_SPIN_NS (0:
 //! CPU the status baseline burns per request, to compare tails at equal CPU;
-//! see `common::baselines`).
+//! see `common::baselines`), BENCH_TRACE_DIR (unset: a directory for each
+//! fixed-rate round's per-request trace, `KIND-SERVER-ROUND.txt`, when each
+//! request fell due and its latency, which `scripts/tail_stalls.py` reads).
 
 mod common;
 
@@ -276,12 +278,26 @@ impl Kind {
         let names = std::env::var("BENCH_KINDS").unwrap_or_else(|_| "status,join".into());
         names
             .split(',')
-            .map(|name| match name.trim() {
-                "status" => Kind::Status,
-                "join" => Kind::Join,
-                other => panic!("BENCH_KINDS: `{other}` is neither `status` nor `join`"),
+            .map(|name| {
+                Kind::named(name.trim()).unwrap_or_else(|| {
+                    panic!("BENCH_KINDS: `{name}` is neither `status` nor `join`")
+                })
             })
             .collect()
+    }
+
+    /// Its name in `BENCH_KINDS`, phases and file names.
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Status => "status",
+            Kind::Join => "join",
+        }
+    }
+
+    fn named(name: &str) -> Option<Kind> {
+        [Kind::Status, Kind::Join]
+            .into_iter()
+            .find(|kind| kind.name() == name)
     }
 
     /// The rows' names in the report: its baseline's and its own.
@@ -429,17 +445,18 @@ fn wrk(base_url: &str, kind: Kind, script: &std::path::Path, redis_pid: u32) -> 
 
 /// The fixed-rate measure, run by this binary again as a second process
 /// (see [`open_model_client`]).
-fn open_model(base_url: &str, kind: Kind, tokens: &std::path::Path, rate: f64) -> Run {
-    let output = Command::new(std::env::current_exe().unwrap())
+fn open_model(base_url: &str, kind: Kind, tokens: &std::path::Path, rate: f64, label: &str) -> Run {
+    let mut client = Command::new(std::env::current_exe().unwrap());
+    if let Some(dir) = std::env::var_os("BENCH_TRACE_DIR") {
+        let name = kind.name();
+        client.env(
+            "BENCH_OPEN_TRACE",
+            std::path::Path::new(&dir).join(format!("{name}-{label}.txt")),
+        );
+    }
+    let output = client
         .env("BENCH_OPEN_ADDR", base_url.trim_start_matches("http://"))
-        .env(
-            "BENCH_OPEN_KIND",
-            if kind == Kind::Status {
-                "status"
-            } else {
-                "join"
-            },
-        )
+        .env("BENCH_OPEN_KIND", kind.name())
         .env("BENCH_OPEN_TOKENS", tokens)
         .env("BENCH_OPEN_RATE", rate.to_string())
         .output()
@@ -481,10 +498,7 @@ fn open_model(base_url: &str, kind: Kind, tokens: &std::path::Path, rate: f64) -
 /// request due), so they come a few at a time; the latency of a request
 /// whose connection waited then runs from when its permit woke it.
 fn open_model_client(address: String) {
-    let kind = match std::env::var("BENCH_OPEN_KIND").as_deref() {
-        Ok("status") => Kind::Status,
-        _ => Kind::Join,
-    };
+    let kind = Kind::named(&std::env::var("BENCH_OPEN_KIND").unwrap()).expect("BENCH_OPEN_KIND");
     let rate: f64 = env_or("BENCH_OPEN_RATE", 1000.0);
     let seconds: f64 = env_or("BENCH_SECONDS", 8.0);
     let connections: usize = env_or("BENCH_CONNECTIONS", 64);
@@ -502,6 +516,12 @@ fn open_model_client(address: String) {
         let next = std::rc::Rc::new(std::cell::Cell::new(0u64));
         let tokens = std::rc::Rc::new(tokens);
         let start = tokio::time::Instant::now() + Duration::from_millis(50);
+        let started_unix_us = (std::time::SystemTime::now() + Duration::from_millis(50))
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros();
+        let trace = std::env::var_os("BENCH_OPEN_TRACE");
+        let tracing = trace.is_some();
         let pace_us: u64 = env_or("BENCH_PACE_US", 0);
         let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
         if pace_us > 0 {
@@ -534,6 +554,7 @@ fn open_model_client(address: String) {
                 stream.set_nodelay(true).unwrap();
                 let mut buffer = Vec::with_capacity(4096);
                 let mut latencies = Vec::new();
+                let mut dues = Vec::new();
                 let mut failed = 0u64;
                 loop {
                     // With the pacer: wait for a request to fall due; from
@@ -570,22 +591,35 @@ fn open_model_client(address: String) {
                         .await
                         .expect("the server closed a keep-alive connection");
                     latencies.push(from.elapsed().as_micros() as u32);
+                    if tracing {
+                        dues.push((due - start).as_micros() as u32);
+                    }
                     failed += u64::from(!(200..300).contains(&status));
                 }
-                (latencies, failed)
+                (latencies, dues, failed)
             }));
         }
         let began = Instant::now();
         let (mut latencies, mut failed) = (Vec::new(), 0);
+        let mut traced = Vec::new();
         local
             .run_until(async {
                 for task in tasks {
-                    let (mine, f) = task.await.unwrap();
+                    let (mine, dues, f) = task.await.unwrap();
+                    traced.extend(dues.into_iter().zip(mine.iter().copied()));
                     latencies.extend(mine);
                     failed += f;
                 }
             })
             .await;
+        if let Some(path) = trace {
+            traced.sort_unstable();
+            let mut text = format!("# start_unix_us {started_unix_us}\n# due_us latency_us\n");
+            for (due, latency) in traced {
+                text.push_str(&format!("{due} {latency}\n"));
+            }
+            std::fs::write(path, text).expect("writing the open-model trace");
+        }
         let elapsed = began.elapsed().as_secs_f64() - 0.05;
         latencies.sort_unstable();
         let at = |q: f64| {
@@ -776,14 +810,7 @@ async fn bench() {
     .await;
 
     let scripts = [Kind::Status, Kind::Join].map(|kind| {
-        let path = std::env::temp_dir().join(format!(
-            "{prefix}-{}.lua",
-            if kind == Kind::Status {
-                "status"
-            } else {
-                "join"
-            }
-        ));
+        let path = std::env::temp_dir().join(format!("{prefix}-{}.lua", kind.name()));
         std::fs::write(&path, kind.wrk_script(&tokens)).unwrap();
         path
     });
@@ -804,11 +831,7 @@ async fn bench() {
                 .filter(|(kind, _)| kinds.contains(kind));
             for (kind, script) in chosen {
                 // Each phase is announced on stderr, for scripts/profile_edge.sh.
-                let name = if kind == Kind::Status {
-                    "status"
-                } else {
-                    "join"
-                };
+                let name = kind.name();
                 let measured: Vec<Round> = (0..rounds)
                     .map(|_| {
                         eprintln!("phase {name}-baseline");
@@ -834,14 +857,27 @@ async fn bench() {
                 // A single p99 moves 2-5x from run to run on two shared
                 // cores: rounds again, and the median of each round's ratio.
                 let rounds = (0..fixed_rounds)
-                    .map(|_| Round {
-                        base: open_model(&baseline_url, kind, &tokens, rate),
-                        ours: open_model(&gateway_url, kind, &tokens, rate),
-                        bare: open_model(&bare_gateway_url, kind, &tokens, rate),
+                    .map(|r| Round {
+                        base: open_model(&baseline_url, kind, &tokens, rate, &format!("base-{r}")),
+                        ours: open_model(&gateway_url, kind, &tokens, rate, &format!("ours-{r}")),
+                        bare: open_model(
+                            &bare_gateway_url,
+                            kind,
+                            &tokens,
+                            rate,
+                            &format!("bare-{r}"),
+                        ),
                         // The join's own one round trip, at the same rate:
                         // the tail the script alone has, against the ZADD's.
-                        script_base: (kind == Kind::Join)
-                            .then(|| open_model(&script_baseline_url, kind, &tokens, rate)),
+                        script_base: (kind == Kind::Join).then(|| {
+                            open_model(
+                                &script_baseline_url,
+                                kind,
+                                &tokens,
+                                rate,
+                                &format!("script-{r}"),
+                            )
+                        }),
                     })
                     .collect();
                 fixed.push(Fixed { kind, rounds });
