@@ -93,9 +93,10 @@ def cpu_gaps(taken, gap_ms):
 def commands_between(taken, begin, end):
     """How many samples each command took from `begin` to `end` (s), most
     first."""
-    times = [t for t, _, _ in taken]
     counts = {}
-    for _, _, command in taken[bisect.bisect_left(times, begin):bisect.bisect_right(times, end)]:
+    first = bisect.bisect_left(taken, (begin,))
+    last = bisect.bisect_right(taken, (end, float("inf")))
+    for _, _, command in taken[first:last]:
         counts[command] = counts.get(command, 0) + 1
     return sorted(counts.items(), key=lambda c: -c[1])
 
@@ -110,10 +111,10 @@ def waited_across(start_us, rows, threshold, gaps):
             continue
         begin = (start_us + due) / 1e6
         end = begin + latency / 1e6
-        # Gaps starting before the request's end; any of them ending after
-        # its start overlaps. Gaps are short, so look back a few.
+        # Of the gaps starting before the request's end, any ending after
+        # its start overlaps it.
         i = bisect.bisect_left(starts, end)
-        if any(gaps[j][1] > begin for j in range(max(0, i - 8), i)):
+        if any(gap_end > begin for _, gap_end, _ in gaps[:i]):
             count += 1
     return count
 
@@ -129,9 +130,10 @@ def main():
     if args.perf:
         taken = samples(Path(args.perf).read_text())
         gaps = cpu_gaps(taken, args.gap_ms)
-        lengths = sorted(round((b - a) * 1000, 1) for a, b, _ in gaps)
-        print(f"{len(gaps)} spans with a CPU not sampled for over {args.gap_ms} ms, "
-              f"lengths (ms): {lengths}")
+        lengths = sorted((b - a) * 1000 for a, b, _ in gaps)
+        print(f"{len(gaps)} spans with a CPU not sampled for over {args.gap_ms} ms"
+              + (f", median {lengths[len(lengths) // 2]:.1f} ms, longest {lengths[-1]:.1f} ms"
+                 if gaps else ""))
         for a, b, cpu in gaps:
             print(f"  cpu {cpu} at {a:.3f} for {(b - a) * 1000:.1f} ms")
 
