@@ -15,10 +15,11 @@ their wall-clock time.
 With `--perf FILE`, the text of a whole-machine recording made meanwhile
 (`perf record -a -F 2999 -k CLOCK_REALTIME`, then
 `perf script -F comm,tid,cpu,time`), it also lists the spans in which a CPU
-took no sample for longer than `--gap-ms` (default 2): a sampling timer that
-does not fire means the (virtual) CPU itself was not running, not that it was
-idle, which takes samples too. Then, for each trace, how many of the slow
-requests waited across such a span, and for each of the four clusters the
+took no sample for longer than `--gap-ms` (default 2). On a CPU busy
+throughout, such a span means the (virtual) CPU itself was not running; an
+idle CPU may take no samples either, so on a half-busy machine a span is a
+pause or an idle CPU, and the count below is an upper bound. Then, for each
+trace, how many of the slow requests waited across such a span, and for each of the four clusters the
 samples each command took from 5 ms before it to its end (a kernel thread
 such as `kdamond.0` taking a CPU shows there).
 """
@@ -103,7 +104,7 @@ def commands_between(taken, begin, end):
 
 def waited_across(start_us, rows, threshold, gaps):
     """How many requests at or above `threshold` were waiting (from when
-    they fell due to their answer) while a CPU was not running."""
+    they fell due to their answer) across a span without samples."""
     starts = [g[0] for g in gaps]
     count = 0
     for due, latency in rows:
@@ -160,7 +161,7 @@ def main():
                 ran = commands_between(taken, (start + first) / 1e6 - 0.005, (start + last) / 1e6)
                 print("    samples meanwhile: " + ", ".join(f"{c} {n}" for c, n in ran))
         if args.perf:
-            print(f"  waited across a CPU not running: "
+            print(f"  waited across a CPU without samples (at most a pause): "
                   f"{waited_across(start, rows, p99, gaps)} of {slow}")
 
 
