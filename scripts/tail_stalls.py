@@ -2,8 +2,9 @@
 """Where a fixed-rate round's p99 comes from: steady queueing, or a few stalls.
 
 Reads the per-request traces the edge benchmark's open-model client writes
-when BENCH_TRACE_DIR is set (one file a server and round, `KIND-SERVER-ROUND.txt`:
-a `# start_unix_us N` line, then `due_us latency_us` a request), and prints
+when BENCH_TRACE_DIR is set (one file a server and round,
+`KIND-SERVER-ROUND.txt`: a `# start_unix_us N` line, then `due_us
+latency_us` a request; the bench makes the directory), and prints
 for each: p50, p99 and p99.9; the requests at or above the p99 grouped into
 clusters by when they fell due (two of them due within 10 ms of each other
 are in one); the share the four largest clusters hold; and those four, with
@@ -19,9 +20,9 @@ took no sample for longer than `--gap-ms` (default 2). On a CPU busy
 throughout, such a span means the (virtual) CPU itself was not running; an
 idle CPU may take no samples either, so on a half-busy machine a span is a
 pause or an idle CPU, and the count below is an upper bound. Then, for each
-trace, how many of the slow requests waited across such a span, and for each of the four clusters the
-samples each command took from 5 ms before it to its end (a kernel thread
-such as `kdamond.0` taking a CPU shows there).
+trace, how many of the slow requests waited across such a span, and for each
+of the four clusters the samples each command took from 5 ms before it to
+its end (a kernel thread such as `kdamond.0` taking a CPU shows there).
 """
 
 import argparse

@@ -448,6 +448,7 @@ fn wrk(base_url: &str, kind: Kind, script: &std::path::Path, redis_pid: u32) -> 
 fn open_model(base_url: &str, kind: Kind, tokens: &std::path::Path, rate: f64, label: &str) -> Run {
     let mut client = Command::new(std::env::current_exe().unwrap());
     if let Some(dir) = std::env::var_os("BENCH_TRACE_DIR") {
+        std::fs::create_dir_all(&dir).expect("making BENCH_TRACE_DIR");
         let name = kind.name();
         client.env(
             "BENCH_OPEN_TRACE",
