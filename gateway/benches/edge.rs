@@ -21,9 +21,14 @@
 //!   delays): this bench binary again, as a second process, at
 //!   `BENCH_RATE_SHARE` (default 0.5) of the gateway's saturated rate, the
 //!   same rate for the baseline, the routes without the layers and, for the
-//!   join, the script baseline (below); p50, p99, p99.9. `BENCH_FIXED_ROUNDS`
-//!   times (default: `BENCH_ROUNDS`), each server back to back each round,
-//!   reported as medians with each round's p99 ratio.
+//!   join, the script baseline (below); p50, p99, p99.9. The servers of a
+//!   round take turns in slices of `BENCH_SLICE_MS` (default 100), in an
+//!   order shuffled each cycle, so that the machine's stalls (a paused
+//!   vCPU about once a second, a neighbour's burst) fall on each alike
+//!   rather than on whichever ran at the time (`common/schedule.rs`;
+//!   `BENCH_SLICE_MS=0` runs them back to back). `BENCH_FIXED_ROUNDS` times
+//!   (default: `BENCH_ROUNDS`), reported as medians with each round's p99
+//!   ratio.
 //!
 //! The A/B: the same routes served without the protective layers (the per-fan
 //! limit stays: it is in the handlers). The join has a second baseline: a
@@ -40,6 +45,7 @@
 //! (1000000, for the memory figure; 0 leaves it out), BENCH_KINDS
 //! (`status,join`: the endpoints measured, for a quicker A/B of one; the
 //! status poll with span export comes with `status`), BENCH_RATE_SHARE (0.5),
+//! BENCH_SLICE_MS (100: the fixed rate's turns; 0, back to back),
 //! BENCH_PACE_US (0: the fixed rate's requests paced by tokio's 1 ms timer;
 //! else by a thread every that many µs, see `open_model_client`), BENCH_LOG (the
 //! log filter, `info`), BENCH_LOG_JSON (`true` for the JSON lines of k8s/;
@@ -50,6 +56,8 @@
 //! request fell due and its latency, which `scripts/tail_stalls.py` reads).
 
 mod common;
+#[path = "common/schedule.rs"]
+mod schedule;
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -61,6 +69,7 @@ use boxoffice_contract::keys::EventKeys;
 use boxoffice_contract::token::{now_s, Claims, TokenUse};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
+use schedule::Schedule;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// glibc's malloc serialises the hot paths' many small allocations on its
 /// arena locks (a fifth of the status poll's CPU); mimalloc does not.
@@ -73,6 +82,9 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// The fixed rate's slices, ms (`BENCH_SLICE_MS`; see [`Schedule`]).
+const DEFAULT_SLICE_MS: u64 = 100;
 
 /// Fans with a ticket for the status poll (each polls a few times a run,
 /// within the default per-fan limit).
@@ -123,7 +135,7 @@ impl Server {
 }
 
 /// The fixed-rate measure of one endpoint: rounds of each server at the
-/// same offered rate, back to back (the same fields as a saturation round,
+/// same offered rate, taking turns (the same fields as a saturation round,
 /// without the CPU).
 struct Fixed {
     kind: Kind,
@@ -443,197 +455,245 @@ fn wrk(base_url: &str, kind: Kind, script: &std::path::Path, redis_pid: u32) -> 
     }
 }
 
-/// The fixed-rate measure, run by this binary again as a second process
-/// (see [`open_model_client`]).
-fn open_model(base_url: &str, kind: Kind, tokens: &std::path::Path, rate: f64, label: &str) -> Run {
+/// The fixed-rate measure of `servers` (each a base URL and a label for its
+/// trace), run by this binary again as a second process (see
+/// [`open_model_client`]): the same offered rate for each, the servers
+/// taking turns in slices of `BENCH_SLICE_MS` (see `common/schedule.rs`).
+fn open_model(
+    servers: &[(&str, String)],
+    kind: Kind,
+    tokens: &std::path::Path,
+    rate: f64,
+) -> Vec<Run> {
     let mut client = Command::new(std::env::current_exe().unwrap());
     if let Some(dir) = std::env::var_os("BENCH_TRACE_DIR") {
         std::fs::create_dir_all(&dir).expect("making BENCH_TRACE_DIR");
         let name = kind.name();
+        let paths = servers
+            .iter()
+            .map(|(_, label)| std::path::Path::new(&dir).join(format!("{name}-{label}.txt")));
         client.env(
             "BENCH_OPEN_TRACE",
-            std::path::Path::new(&dir).join(format!("{name}-{label}.txt")),
+            std::env::join_paths(paths).expect("BENCH_TRACE_DIR holds no path separator"),
         );
     }
+    let addresses: Vec<&str> = servers
+        .iter()
+        .map(|(url, _)| url.trim_start_matches("http://"))
+        .collect();
     let output = client
-        .env("BENCH_OPEN_ADDR", base_url.trim_start_matches("http://"))
+        .env("BENCH_OPEN_ADDR", addresses.join(","))
         .env("BENCH_OPEN_KIND", kind.name())
         .env("BENCH_OPEN_TOKENS", tokens)
         .env("BENCH_OPEN_RATE", rate.to_string())
         .output()
         .expect("running the open-model client");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let fields: Vec<f64> = stdout
+    let runs: Vec<Run> = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("open "))
-        .unwrap_or_else(|| {
-            panic!(
-                "the open-model client failed:\n{stdout}{}",
-                String::from_utf8_lossy(&output.stderr)
-            )
+        .filter_map(|l| l.strip_prefix("open "))
+        .map(|line| {
+            let fields: Vec<f64> = line
+                .split_whitespace()
+                .map(|f| f.parse().unwrap())
+                .collect();
+            Run {
+                requests_per_s: fields[0],
+                p50_ms: fields[1],
+                p99_ms: fields[2],
+                p999_ms: fields[3],
+                non_2xx: fields[4] as u64,
+                cpu: None,
+            }
         })
-        .split_whitespace()
-        .map(|f| f.parse().unwrap())
         .collect();
-    Run {
-        requests_per_s: fields[0],
-        p50_ms: fields[1],
-        p99_ms: fields[2],
-        p999_ms: fields[3],
-        non_2xx: fields[4] as u64,
-        cpu: None,
+    if runs.len() != servers.len() {
+        panic!(
+            "the open-model client failed:\n{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
+    runs
 }
 
-/// An open-model load generator: request `i` is due at `start + i / rate`
-/// whether or not earlier ones have been answered, over `BENCH_CONNECTIONS`
-/// keep-alive connections. Its latency runs from when it was due, unless its
-/// connection sat idle waiting for that moment (then from when the timer,
-/// 1 ms grained, woke it): a server stall counts for every request it holds
-/// up, the generator's own timer for none. Prints one `open` line.
+/// An open-model load generator for one or more servers (`BENCH_OPEN_ADDR`,
+/// comma-separated), each sent `BENCH_SECONDS` of requests at the same
+/// rate, in turns of `BENCH_SLICE_MS` (a [`Schedule`]): request `k` of a
+/// server is due at its slot's time whether or not earlier ones have been
+/// answered, over `BENCH_CONNECTIONS` keep-alive connections to each server.
+/// Its latency runs from when it was due, unless its connection sat idle
+/// waiting for that moment (then from when the timer, 1 ms grained, woke
+/// it): a server stall counts for every request it holds up, the
+/// generator's own timer for none. Prints one `open` line a server, in
+/// their order.
 ///
 /// tokio's timer is 1 ms grained: at 38,000 requests a second, about 38
 /// fall due at each tick and reach the server together. `BENCH_PACE_US`
 /// (0: off, the default) hands the requests out from a thread of their own
-/// instead, every that many microseconds (a semaphore's permits, one a
-/// request due), so they come a few at a time; the latency of a request
-/// whose connection waited then runs from when its permit woke it.
-fn open_model_client(address: String) {
+/// instead, every that many microseconds (a semaphore's permits a server,
+/// one a request due), so they come a few at a time; the latency of a
+/// request whose connection waited then runs from when its permit woke it.
+fn open_model_client(addresses: String) {
+    let addresses: Vec<String> = addresses.split(',').map(str::to_owned).collect();
     let kind = Kind::named(&std::env::var("BENCH_OPEN_KIND").unwrap()).expect("BENCH_OPEN_KIND");
     let rate: f64 = env_or("BENCH_OPEN_RATE", 1000.0);
-    let seconds: f64 = env_or("BENCH_SECONDS", 8.0);
+    let schedule = Schedule::new(
+        rate,
+        env_or("BENCH_SECONDS", 8.0),
+        addresses.len() as u64,
+        env_or("BENCH_SLICE_MS", DEFAULT_SLICE_MS),
+    );
+    let total = schedule.per_server;
     let connections: usize = env_or("BENCH_CONNECTIONS", 64);
     let tokens: Vec<String> = std::fs::read_to_string(std::env::var("BENCH_OPEN_TOKENS").unwrap())
         .unwrap()
         .lines()
         .map(str::to_owned)
         .collect();
-    let total = (rate * seconds) as u64;
+    let traces: Option<Vec<std::path::PathBuf>> =
+        std::env::var_os("BENCH_OPEN_TRACE").map(|paths| std::env::split_paths(&paths).collect());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let next = std::rc::Rc::new(std::cell::Cell::new(0u64));
         let tokens = std::rc::Rc::new(tokens);
         let start = tokio::time::Instant::now() + Duration::from_millis(50);
         let started_unix_us = (std::time::SystemTime::now() + Duration::from_millis(50))
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_micros();
-        let trace = std::env::var_os("BENCH_OPEN_TRACE");
-        let tracing = trace.is_some();
+        let tracing = traces.is_some();
         let pace_us: u64 = env_or("BENCH_PACE_US", 0);
-        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+        let permits: Vec<_> = addresses
+            .iter()
+            .map(|_| std::sync::Arc::new(tokio::sync::Semaphore::new(0)))
+            .collect();
         if pace_us > 0 {
             let permits = permits.clone();
             let start = start.into_std();
             std::thread::spawn(move || {
-                let mut released = 0u64;
-                while released < total {
+                let mut released = vec![0u64; permits.len()];
+                while released.iter().any(|&r| r < total) {
                     let now = Instant::now();
                     if now >= start {
-                        let due = (((now - start).as_secs_f64() * rate) as u64 + 1).min(total);
-                        if due > released {
-                            permits.add_permits((due - released) as usize);
-                            released = due;
+                        let elapsed = (now - start).as_secs_f64();
+                        for (server, permits) in permits.iter().enumerate() {
+                            let due = schedule.due_by(server as u64, elapsed);
+                            if due > released[server] {
+                                permits.add_permits((due - released[server]) as usize);
+                                released[server] = due;
+                            }
                         }
                     }
                     std::thread::sleep(Duration::from_micros(pace_us));
                 }
                 // Wakes the connections still waiting, to find no request left.
-                permits.add_permits(connections);
+                for permits in &permits {
+                    permits.add_permits(connections);
+                }
             });
         }
         let local = tokio::task::LocalSet::new();
         let mut tasks = Vec::new();
-        for _ in 0..connections {
-            let (next, tokens, address) = (next.clone(), tokens.clone(), address.clone());
-            let permits = permits.clone();
-            tasks.push(local.spawn_local(async move {
-                let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-                stream.set_nodelay(true).unwrap();
-                let mut buffer = Vec::with_capacity(4096);
-                let mut latencies = Vec::new();
-                let mut dues = Vec::new();
-                let mut failed = 0u64;
-                loop {
-                    // With the pacer: wait for a request to fall due; from
-                    // when it woke if it waited, from when it was due if not.
-                    let mut woke = None;
-                    if pace_us > 0 {
-                        if next.get() >= total {
-                            break;
-                        }
-                        match permits.try_acquire() {
-                            Ok(permit) => permit.forget(),
-                            Err(_) => {
-                                permits.acquire().await.unwrap().forget();
-                                woke = Some(tokio::time::Instant::now());
+        for (server, address) in addresses.iter().enumerate() {
+            let next = std::rc::Rc::new(std::cell::Cell::new(0u64));
+            for _ in 0..connections {
+                let (next, tokens, address) = (next.clone(), tokens.clone(), address.clone());
+                let permits = permits[server].clone();
+                tasks.push((
+                    server,
+                    local.spawn_local(async move {
+                        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+                        stream.set_nodelay(true).unwrap();
+                        let mut buffer = Vec::with_capacity(4096);
+                        let mut latencies = Vec::new();
+                        let mut dues = Vec::new();
+                        let mut failed = 0u64;
+                        loop {
+                            // With the pacer: wait for a request to fall due; from
+                            // when it woke if it waited, from when it was due if not.
+                            let mut woke = None;
+                            if pace_us > 0 {
+                                if next.get() >= total {
+                                    break;
+                                }
+                                match permits.try_acquire() {
+                                    Ok(permit) => permit.forget(),
+                                    Err(_) => {
+                                        permits.acquire().await.unwrap().forget();
+                                        woke = Some(tokio::time::Instant::now());
+                                    }
+                                }
                             }
+                            let k = next.get();
+                            if k >= total {
+                                break;
+                            }
+                            next.set(k + 1);
+                            let due =
+                                start + Duration::from_secs_f64(schedule.due_s(server as u64, k));
+                            let request = request_bytes(kind, &address, &tokens, k);
+                            let from = if pace_us > 0 {
+                                woke.unwrap_or(due)
+                            } else if tokio::time::Instant::now() < due {
+                                tokio::time::sleep_until(due).await;
+                                tokio::time::Instant::now()
+                            } else {
+                                due
+                            };
+                            let status = exchange(&mut stream, &request, &mut buffer)
+                                .await
+                                .expect("the server closed a keep-alive connection");
+                            latencies.push(from.elapsed().as_micros() as u32);
+                            if tracing {
+                                dues.push((due - start).as_micros() as u32);
+                            }
+                            failed += u64::from(!(200..300).contains(&status));
                         }
-                    }
-                    let i = next.get();
-                    if i >= total {
-                        break;
-                    }
-                    next.set(i + 1);
-                    let due = start + Duration::from_secs_f64(i as f64 / rate);
-                    let request = request_bytes(kind, &address, &tokens, i);
-                    let from = if pace_us > 0 {
-                        woke.unwrap_or(due)
-                    } else if tokio::time::Instant::now() < due {
-                        tokio::time::sleep_until(due).await;
-                        tokio::time::Instant::now()
-                    } else {
-                        due
-                    };
-                    let status = exchange(&mut stream, &request, &mut buffer)
-                        .await
-                        .expect("the server closed a keep-alive connection");
-                    latencies.push(from.elapsed().as_micros() as u32);
-                    if tracing {
-                        dues.push((due - start).as_micros() as u32);
-                    }
-                    failed += u64::from(!(200..300).contains(&status));
-                }
-                (latencies, dues, failed)
-            }));
+                        (latencies, dues, failed)
+                    }),
+                ));
+            }
         }
         let began = Instant::now();
-        let (mut latencies, mut failed) = (Vec::new(), 0);
-        let mut traced = Vec::new();
+        let mut latencies = vec![Vec::new(); addresses.len()];
+        let mut failed = vec![0u64; addresses.len()];
+        let mut traced = vec![Vec::new(); addresses.len()];
         local
             .run_until(async {
-                for task in tasks {
+                for (server, task) in tasks {
                     let (mine, dues, f) = task.await.unwrap();
-                    traced.extend(dues.into_iter().zip(mine.iter().copied()));
-                    latencies.extend(mine);
-                    failed += f;
+                    traced[server].extend(dues.into_iter().zip(mine.iter().copied()));
+                    latencies[server].extend(mine);
+                    failed[server] += f;
                 }
             })
             .await;
-        if let Some(path) = trace {
+        for (traced, path) in traced.iter_mut().zip(traces.iter().flatten()) {
             traced.sort_unstable();
             let mut text = format!("# start_unix_us {started_unix_us}\n# due_us latency_us\n");
-            for (due, latency) in traced {
+            for (due, latency) in traced.iter() {
                 text.push_str(&format!("{due} {latency}\n"));
             }
             std::fs::write(path, text).expect("writing the open-model trace");
         }
-        let elapsed = began.elapsed().as_secs_f64() - 0.05;
-        latencies.sort_unstable();
-        let at = |q: f64| {
-            latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)] as f64
-                / 1000.0
-        };
-        println!(
-            "open {:.0} {:.3} {:.3} {:.3} {failed}",
-            latencies.len() as f64 / elapsed,
-            at(0.50),
-            at(0.99),
-            at(0.999)
-        );
+        // Each server had its share of the round.
+        let elapsed = (began.elapsed().as_secs_f64() - 0.05) / addresses.len() as f64;
+        for (latencies, failed) in latencies.iter_mut().zip(failed) {
+            latencies.sort_unstable();
+            let at = |q: f64| {
+                latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)] as f64
+                    / 1000.0
+            };
+            println!(
+                "open {:.0} {:.3} {:.3} {:.3} {failed}",
+                latencies.len() as f64 / elapsed,
+                at(0.50),
+                at(0.99),
+                at(0.999)
+            );
+        }
     });
 }
 
@@ -858,27 +918,25 @@ async fn bench() {
                 // A single p99 moves 2-5x from run to run on two shared
                 // cores: rounds again, and the median of each round's ratio.
                 let rounds = (0..fixed_rounds)
-                    .map(|r| Round {
-                        base: open_model(&baseline_url, kind, &tokens, rate, &format!("base-{r}")),
-                        ours: open_model(&gateway_url, kind, &tokens, rate, &format!("ours-{r}")),
-                        bare: open_model(
-                            &bare_gateway_url,
-                            kind,
-                            &tokens,
-                            rate,
-                            &format!("bare-{r}"),
-                        ),
+                    .map(|r| {
+                        // The servers of a round take turns, slice by slice.
+                        let mut servers = vec![
+                            (baseline_url.as_str(), format!("base-{r}")),
+                            (gateway_url.as_str(), format!("ours-{r}")),
+                            (bare_gateway_url.as_str(), format!("bare-{r}")),
+                        ];
                         // The join's own one round trip, at the same rate:
                         // the tail the script alone has, against the ZADD's.
-                        script_base: (kind == Kind::Join).then(|| {
-                            open_model(
-                                &script_baseline_url,
-                                kind,
-                                &tokens,
-                                rate,
-                                &format!("script-{r}"),
-                            )
-                        }),
+                        if kind == Kind::Join {
+                            servers.push((script_baseline_url.as_str(), format!("script-{r}")));
+                        }
+                        let runs = open_model(&servers, kind, &tokens, rate);
+                        Round {
+                            base: runs[0],
+                            ours: runs[1],
+                            bare: runs[2],
+                            script_base: runs.get(3).copied(),
+                        }
                     })
                     .collect();
                 fixed.push(Fixed { kind, rounds });
@@ -989,9 +1047,15 @@ async fn bench() {
             cpu_row(name, rounds, pick);
         }
     }
+    let slice_ms: u64 = env_or("BENCH_SLICE_MS", DEFAULT_SLICE_MS);
+    let turns = if slice_ms == 0 {
+        "each server back to back".to_owned()
+    } else {
+        format!("the servers taking turns in {slice_ms} ms slices")
+    };
     println!(
         "\nedge at a fixed rate ({:.0}% of the endpoint's saturated rate, open model, {connections} \
-         connections, {seconds} s; {fixed_rounds} rounds of each server back to back). Each figure \
+         connections a server, {seconds} s a server; {fixed_rounds} rounds, {turns}). Each figure \
          is the median over the rounds; in brackets, each round's p99 ratio",
         share * 100.0
     );
