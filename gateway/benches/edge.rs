@@ -465,6 +465,16 @@ fn open_model(
     tokens: &std::path::Path,
     rate: f64,
 ) -> Vec<Run> {
+    if servers.len() > 1 && env_or("BENCH_SLICE_MS", DEFAULT_SLICE_MS) == 0 {
+        // Back to back: a client of its own for each, so that each server's
+        // connections are opened when its turn comes. Opened all at the
+        // start, those of the later servers sat idle for seconds, and the
+        // first 50 ms of their turn then held half their slow requests.
+        return servers
+            .iter()
+            .flat_map(|server| open_model(std::slice::from_ref(server), kind, tokens, rate))
+            .collect();
+    }
     let mut client = Command::new(std::env::current_exe().unwrap());
     if let Some(dir) = std::env::var_os("BENCH_TRACE_DIR") {
         std::fs::create_dir_all(&dir).expect("making BENCH_TRACE_DIR");
