@@ -929,7 +929,8 @@ async fn bench() {
                 // cores: rounds again, and the median of each round's ratio.
                 let rounds = (0..fixed_rounds)
                     .map(|r| {
-                        // The servers of a round take turns, slice by slice.
+                        // The servers of a round take turns, slice by slice
+                        // (back to back with BENCH_SLICE_MS=0; see `open_model`).
                         let mut servers = vec![
                             (baseline_url.as_str(), format!("base-{r}")),
                             (gateway_url.as_str(), format!("ours-{r}")),
