@@ -21,10 +21,11 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-/// The tickets' own codec, on the hot paths (a ticket's tag and claims read
-/// at each status poll, written at each join): SIMD, and as strict as
-/// `base64`'s engine (a test holds it). `base64` decoded a ticket in about
-/// 2,200 instructions (callgrind, `scripts/edge_cost.sh`).
+/// The codec of the hot paths (a queue ticket's tag and claims read at each
+/// status poll; every token written when signed, a queue ticket at each
+/// join): SIMD, and as strict as `base64`'s engine (a test holds it).
+/// `base64` decoded a ticket in about 2,200 instructions (callgrind,
+/// `scripts/edge_cost.sh`).
 use base64_simd::{Out, URL_SAFE_NO_PAD as BASE64URL};
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey};
 use hmac::{Hmac, Mac};
