@@ -21,11 +21,11 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-/// The codec of the hot paths (a queue ticket's tag and claims read at each
-/// status poll; every token written when signed, a queue ticket at each
-/// join): SIMD, and as strict as `base64`'s engine (a test holds it).
-/// `base64` decoded a ticket in about 2,200 instructions (callgrind,
-/// `scripts/edge_cost.sh`).
+// The codec of the hot paths (a queue ticket's tag and claims read at each
+// status poll; every token written when signed, a queue ticket at each
+// join): SIMD, and as strict as `base64`'s engine (a test holds it).
+// `base64` decoded a ticket in about 2,200 instructions (callgrind,
+// `scripts/edge_cost.sh`).
 use base64_simd::{Out, URL_SAFE_NO_PAD as BASE64URL};
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey};
 use hmac::{Hmac, Mac};
@@ -625,6 +625,7 @@ impl KeySet {
 fn push_base64(token: &mut Vec<u8>, bytes: &[u8]) {
     let start = token.len();
     token.resize(start + BASE64URL.encoded_length(bytes.len()), 0);
+    // Written in place: what it returns is that end of `token`.
     let _ = BASE64URL.encode(bytes, Out::from_slice(&mut token[start..]));
 }
 
