@@ -390,10 +390,10 @@ impl KeySet {
                 );
                 token.extend_from_slice(self.inner.signing_header.as_bytes());
                 token.push(b'.');
-                push_base64(&mut token, &payload);
+                BASE64URL.encode_append(&payload, &mut token);
                 let signature = self.inner.signing.sign(&token);
                 token.push(b'.');
-                push_base64(&mut token, &signature.to_bytes());
+                BASE64URL.encode_append(signature.to_bytes(), &mut token);
                 String::from_utf8(token).expect("a header and base64: ASCII")
             }
         }
@@ -404,11 +404,11 @@ impl KeySet {
         let mut token = Vec::with_capacity(QUEUE_HEADER.len() + payload.len() * 4 / 3 + 48);
         token.extend_from_slice(QUEUE_HEADER.as_bytes());
         token.push(b'.');
-        push_base64(&mut token, &payload);
+        BASE64URL.encode_append(&payload, &mut token);
         let mut mac = self.inner.queue_mac.clone();
         mac.update(&token);
         token.push(b'.');
-        push_base64(&mut token, &mac.finalize().into_bytes());
+        BASE64URL.encode_append(mac.finalize().into_bytes(), &mut token);
         String::from_utf8(token).expect("a header and base64: ASCII")
     }
 
@@ -618,15 +618,6 @@ impl KeySet {
         keys.sort_by(|a, b| a.common.key_id.cmp(&b.common.key_id));
         JwkSet { keys }
     }
-}
-
-/// `bytes` in unpadded URL-safe base64 at the end of `token`, encoded in
-/// place in one step.
-fn push_base64(token: &mut Vec<u8>, bytes: &[u8]) {
-    let start = token.len();
-    token.resize(start + BASE64URL.encoded_length(bytes.len()), 0);
-    // Written in place: what it returns is that end of `token`.
-    let _ = BASE64URL.encode(bytes, Out::from_slice(&mut token[start..]));
 }
 
 /// The `jti` of the access token of one admission (event, fan, expiry in ms):

@@ -3,9 +3,10 @@
 //! `per_slice` requests, and in each cycle every server takes one slice, in
 //! an order shuffled afresh each cycle (so a stall that comes back about
 //! every second, as a paused vCPU can, is not always met by the same
-//! server), at one offered rate throughout. A stall of the machine (a paused vCPU, a
-//! neighbour's burst) then lands in every server's share of the run alike,
-//! where back-to-back measures gave it to whichever server ran at the time.
+//! server), at one offered rate throughout. A stall of the machine (a
+//! paused vCPU, a neighbour's burst) then lands in every server's share of
+//! the run alike, where back-to-back measures gave it to whichever server
+//! ran at the time.
 //! One slice a server (`per_slice` = all its requests) is the back-to-back
 //! order, servers in their given order.
 //!
