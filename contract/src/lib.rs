@@ -12,6 +12,7 @@
 //! - [`page`]: the security headers of HTML pages (CSP by hash, no framing).
 //! - [`problem`]: RFC 9457 problem documents, the only error body any service returns.
 //! - [`extract`]: JSON and path extractors that reject with problem documents.
+//! - [`header_number`]: small numbers as header values, without an allocation.
 //! - [`envelope`]: the CloudEvents 1.0 envelope of `order-events` and its payloads.
 //! - [`event`]: an event's settings as stored in Redis, and its lifecycle state.
 //! - [`otlp`]: span export over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
@@ -34,6 +35,7 @@ pub mod capacity;
 pub mod envelope;
 pub mod event;
 pub mod extract;
+pub mod header_number;
 pub mod keys;
 pub mod log_fields;
 pub mod openapi;

@@ -126,7 +126,10 @@ impl IntoResponse for Problem {
             HeaderValue::from_static("application/problem+json"),
         );
         if let Some(seconds) = retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            headers.insert(
+                header::RETRY_AFTER,
+                crate::header_number::header_number(seconds),
+            );
         }
         response
     }

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use boxoffice_contract::auth::Authorization;
 use boxoffice_contract::event::{now_ms, prequeue_score, Identity};
 use boxoffice_contract::extract::{Json, Path};
+use boxoffice_contract::header_number::header_number;
 use boxoffice_contract::keys::{valid_event_id, EventKeys};
 use boxoffice_contract::token::{admission_jti_of, now_s, Claims, TokenUse};
 use boxoffice_contract::Problem;
@@ -405,8 +406,11 @@ async fn join(
 
 /// A JSON answer with its `Retry-After`, built in place: a body's own
 /// `IntoResponse` would set a content type for this one to replace (the
-/// join's answer and a waiting fan's, on every request of the crowd).
+/// join's answer and a waiting fan's, on every request of the crowd). Its
+/// length is set here from [`header_number`]'s table, so that axum, which
+/// sets it for an answer without one, does not allocate a value for it.
 fn json_response(status: StatusCode, json: Vec<u8>, retry_after_s: u64) -> Response {
+    let length = header_number(json.len() as u64);
     let mut response = Response::new(axum::body::Body::from(json));
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -414,7 +418,8 @@ fn json_response(status: StatusCode, json: Vec<u8>, retry_after_s: u64) -> Respo
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+    headers.insert(header::CONTENT_LENGTH, length);
+    headers.insert(header::RETRY_AFTER, header_number(retry_after_s));
     response
 }
 
@@ -656,6 +661,21 @@ mod tests {
                 String::from_utf8(joined.to_json()).unwrap(),
                 serde_json::to_string(&joined).unwrap()
             );
+        }
+    }
+
+    /// The crowd's answers carry their length and `Retry-After`, set where
+    /// they are built (from the table of small numbers) rather than left
+    /// for axum to allocate.
+    #[test]
+    fn a_json_answer_carries_its_length_and_retry_after() {
+        for (json, retry) in [(&b"{}"[..], 1), (&[b' '; 2000][..], 30), (&b""[..], 0)] {
+            let response = json_response(StatusCode::CREATED, json.to_vec(), retry);
+            assert_eq!(response.status(), StatusCode::CREATED);
+            let headers = response.headers();
+            assert_eq!(headers[header::CONTENT_LENGTH], json.len().to_string());
+            assert_eq!(headers[header::RETRY_AFTER], retry.to_string());
+            assert_eq!(headers[header::CONTENT_TYPE], "application/json");
         }
     }
 
