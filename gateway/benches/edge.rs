@@ -28,7 +28,10 @@
 //!   rather than on whichever ran at the time (`common/schedule.rs`;
 //!   `BENCH_SLICE_MS=0` runs them back to back). `BENCH_FIXED_ROUNDS` times
 //!   (default: `BENCH_ROUNDS`), reported as medians with each round's p99
-//!   ratio.
+//!   ratio. With them, the CPU each request cost the servers' process and
+//!   Redis, read as each slice ends and put to the server whose slice it
+//!   was (`cpu_by_slice`): taking turns, the servers meet a slower minute of
+//!   the machine alike, where at saturation each meets its own.
 //!
 //! The A/B: the same routes served without the protective layers (the per-fan
 //! limit stays: it is in the handlers). The join has a second baseline: a
@@ -98,7 +101,9 @@ struct Run {
     p99_ms: f64,
     p999_ms: f64,
     non_2xx: u64,
-    /// CPU spent per request (wrk runs only).
+    /// CPU spent per request: at saturation every part's (wrk runs); at
+    /// the fixed rate the server's and Redis's only, slice by slice (the
+    /// rest is `NAN`; see [`cpu_by_slice`]).
     cpu: Option<CpuPerRequest>,
 }
 
@@ -464,6 +469,7 @@ fn open_model(
     kind: Kind,
     tokens: &std::path::Path,
     rate: f64,
+    redis_pid: u32,
 ) -> Vec<Run> {
     if servers.len() > 1 && env_or("BENCH_SLICE_MS", DEFAULT_SLICE_MS) == 0 {
         // Back to back: a client of its own for each, so that each server's
@@ -472,7 +478,9 @@ fn open_model(
         // first 50 ms of their turn then held half their slow requests.
         return servers
             .iter()
-            .flat_map(|server| open_model(std::slice::from_ref(server), kind, tokens, rate))
+            .flat_map(|server| {
+                open_model(std::slice::from_ref(server), kind, tokens, rate, redis_pid)
+            })
             .collect();
     }
     let mut client = Command::new(std::env::current_exe().unwrap());
@@ -496,6 +504,7 @@ fn open_model(
         .env("BENCH_OPEN_KIND", kind.name())
         .env("BENCH_OPEN_TOKENS", tokens)
         .env("BENCH_OPEN_RATE", rate.to_string())
+        .env("BENCH_OPEN_REDIS_PID", redis_pid.to_string())
         .output()
         .expect("running the open-model client");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -513,7 +522,13 @@ fn open_model(
                 p99_ms: fields[2],
                 p999_ms: fields[3],
                 non_2xx: fields[4] as u64,
-                cpu: None,
+                cpu: Some(CpuPerRequest {
+                    server: fields[5],
+                    redis: fields[6],
+                    wrk: f64::NAN,
+                    other: f64::NAN,
+                    stolen: f64::NAN,
+                }),
             }
         })
         .collect();
@@ -574,6 +589,10 @@ fn open_model_client(addresses: String) {
             .unwrap()
             .as_micros();
         let tracing = traces.is_some();
+        let sampler = {
+            let (start, redis_pid) = (start.into_std(), env_or("BENCH_OPEN_REDIS_PID", 0u32));
+            std::thread::spawn(move || cpu_by_slice(schedule, start, redis_pid))
+        };
         let pace_us: u64 = env_or("BENCH_PACE_US", 0);
         let permits: Vec<_> = addresses
             .iter()
@@ -690,21 +709,70 @@ fn open_model_client(addresses: String) {
         }
         // Each server had its share of the round.
         let elapsed = (began.elapsed().as_secs_f64() - 0.05) / addresses.len() as f64;
-        for (latencies, failed) in latencies.iter_mut().zip(failed) {
+        let cpu = sampler.join().expect("the CPU sampler");
+        for ((latencies, failed), (server_s, redis_s)) in latencies.iter_mut().zip(failed).zip(cpu)
+        {
             latencies.sort_unstable();
             let at = |q: f64| {
                 latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)] as f64
                     / 1000.0
             };
+            let us = |s: f64| 1e6 * s / latencies.len() as f64;
             println!(
-                "open {:.0} {:.3} {:.3} {:.3} {failed}",
+                "open {:.0} {:.3} {:.3} {:.3} {failed} {:.2} {:.2}",
                 latencies.len() as f64 / elapsed,
                 at(0.50),
                 at(0.99),
-                at(0.999)
+                at(0.999),
+                us(server_s),
+                us(redis_s)
             );
         }
     });
+}
+
+/// The CPU of the servers' process (this client's parent) and of Redis
+/// (`redis_pid`) while each server had its slices, in seconds, one pair a
+/// server: read at every slice's end and put to the server whose slice it
+/// was. The servers share one process, but only one is sent requests at a
+/// time, so a stall of the machine or a slower minute lands on all of them
+/// alike, as their latencies do. A slice's last answers can come in the
+/// next one's first milliseconds and be put to the next server: of a
+/// 100 ms slice, about as much as a request's latency.
+///
+/// `/proc/{pid}/stat` counts 10 ms ticks (its sum is the kernel's exact
+/// runtime, cut to the tick), so each reading is off by under 10 ms, and
+/// a server's sum over its slices by about that times the root of their
+/// number: under 1 % of a run of 8 s a server.
+fn cpu_by_slice(schedule: Schedule, start: Instant, redis_pid: u32) -> Vec<(f64, f64)> {
+    let read = |pid: u32| -> f64 {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<f64> = text
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0.0))
+            .collect();
+        // utime and stime, the 12th and 13th after the command's name.
+        (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) * TICK_S
+    };
+    let servers_pid = std::os::unix::process::parent_id();
+    let slice_s = schedule.per_slice as f64 / schedule.rate;
+    let mut cpu = vec![(0.0, 0.0); schedule.servers as usize];
+    std::thread::sleep(start.saturating_duration_since(Instant::now()));
+    let mut last = (read(servers_pid), read(redis_pid));
+    for slice in 1.. {
+        let Some(server) = schedule.server_at((slice as f64 - 0.5) * slice_s) else {
+            break;
+        };
+        let end = start + Duration::from_secs_f64(slice as f64 * slice_s);
+        std::thread::sleep(end.saturating_duration_since(Instant::now()));
+        let now = (read(servers_pid), read(redis_pid));
+        cpu[server as usize].0 += now.0 - last.0;
+        cpu[server as usize].1 += now.1 - last.1;
+        last = now;
+    }
+    cpu
 }
 
 fn request_bytes(kind: Kind, host: &str, tokens: &[String], i: u64) -> Vec<u8> {
@@ -941,7 +1009,7 @@ async fn bench() {
                         if kind == Kind::Join {
                             servers.push((script_baseline_url.as_str(), format!("script-{r}")));
                         }
-                        let runs = open_model(&servers, kind, &tokens, rate);
+                        let runs = open_model(&servers, kind, &tokens, rate, redis_pid);
                         Round {
                             base: runs[0],
                             ours: runs[1],
@@ -1091,6 +1159,34 @@ async fn bench() {
     for Fixed { kind, rounds } in &fixed {
         for (name, pick, against) in kind.rows() {
             fixed_row(name, rounds, pick, against);
+        }
+    }
+    println!(
+        "\nCPU per request at the fixed rate, µs, median over the rounds: the servers' process and \
+         Redis, read as each slice ends and put to the server whose slice it was ({turns}); \
+         in brackets, each round's ratio of server + Redis to the row's baseline's"
+    );
+    println!(
+        "{:<44} {:>8} {:>8} {:>8} {:>13}",
+        "endpoint", "server", "Redis", "both", "vs base"
+    );
+    let both = |run: &Run| run.cpu.map_or(f64::NAN, |c| c.server + c.redis);
+    for Fixed { kind, rounds } in &fixed {
+        for (name, pick, against) in kind.rows() {
+            let cpu: Vec<CpuPerRequest> = rounds.iter().filter_map(|r| pick.run(r).cpu).collect();
+            let ratios: Vec<f64> = rounds
+                .iter()
+                .map(|r| both(&pick.run(r)) / both(&against.run(r)))
+                .collect();
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            println!(
+                "{name:<44} {:>8.1} {:>8.1} {:>8.1} {:>12.2}x ({})",
+                median(cpu.iter().map(|c| c.server)),
+                median(cpu.iter().map(|c| c.redis)),
+                median(cpu.iter().map(|c| c.server + c.redis)),
+                median(ratios.iter().copied()),
+                each.join(" ")
+            );
         }
     }
     common::cleanup(&mut redis, &prefix).await;

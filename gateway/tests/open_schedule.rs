@@ -99,3 +99,42 @@ fn due_by_counts_the_requests_whose_due_time_has_come() {
     }
     assert_eq!(Schedule::new(1000.0, 1.0, 2, 100).due_by(0, -0.1), 0);
 }
+
+#[test]
+fn server_at_names_the_server_whose_request_holds_the_slot() {
+    for schedule in [
+        Schedule::new(1000.0, 2.0, 3, 100),
+        Schedule::new(1000.0, 0.25, 2, 100),
+        Schedule::new(1000.0, 1.0, 4, 0),
+        Schedule::new(3000.0, 0.5, 1, 7),
+    ] {
+        let mut owner = std::collections::HashMap::new();
+        for server in 0..schedule.servers {
+            for k in 0..schedule.per_server {
+                owner.insert(schedule.slot(server, k), server);
+            }
+        }
+        let last = *owner.keys().max().unwrap();
+        for slot in 0..=last {
+            // Half way through the slot.
+            let found = schedule.server_at((slot as f64 + 0.5) / schedule.rate);
+            match owner.get(&slot) {
+                Some(&server) => assert_eq!(found, Some(server), "{schedule:?} slot {slot}"),
+                // A gap of a short last slice: still that slice's server.
+                None => assert_eq!(
+                    found,
+                    owner.get(&(slot - slot % schedule.per_slice)).copied(),
+                    "{schedule:?} slot {slot}"
+                ),
+            }
+        }
+        assert_eq!(schedule.server_at(-0.001), None);
+        let cycles = schedule.per_server.div_ceil(schedule.per_slice);
+        let end = (cycles * schedule.per_slice * schedule.servers) as f64 / schedule.rate;
+        assert_eq!(
+            schedule.server_at(end + 0.5 / schedule.rate),
+            None,
+            "{schedule:?}"
+        );
+    }
+}

@@ -79,6 +79,25 @@ impl Schedule {
         self.slot(server, k) as f64 / self.rate
     }
 
+    /// Whose slice it is `elapsed_s` seconds from the start: the server
+    /// whose request holds that moment's slot (in a short last cycle, the
+    /// server the slot's slice belongs to, whether or not it has a request
+    /// left); `None` before the start and after the round's last slot.
+    pub fn server_at(&self, elapsed_s: f64) -> Option<u64> {
+        if elapsed_s < 0.0 {
+            return None;
+        }
+        let slot = (elapsed_s * self.rate) as u64;
+        let cycle_slots = self.per_slice * self.servers;
+        let cycles = self.per_server.div_ceil(self.per_slice);
+        let cycle = slot / cycle_slots;
+        if cycle >= cycles {
+            return None;
+        }
+        let turn = slot % cycle_slots / self.per_slice;
+        (0..self.servers).find(|&server| self.turn(cycle, server) == turn)
+    }
+
     /// How many of server `server`'s requests have fallen due `elapsed_s`
     /// seconds from the start (the first falls due at 0).
     pub fn due_by(&self, server: u64, elapsed_s: f64) -> u64 {
