@@ -108,7 +108,7 @@ say "writing $OUT/BENCHMARKS.md"
   cat <<'TABLE'
 | benchmark | measures | against |
 | --- | --- | --- |
-| `cargo bench -p gateway --bench edge` | join and status with every protective layer at their default limits, load spread over many addresses and fans: at saturation (wrk, three rounds, medians), at a fixed rate (open model, p99), and without the layers (A/B); Redis memory for 1,000,000 queued fans | a bare axum handler doing one ZRANK (status) or one ZADD of a new member (join), and for the join also one doing the join script (its own one round trip); a bare sorted set of the same ids |
+| `cargo bench -p gateway --bench edge` | join and status with every protective layer at their default limits, load spread over many addresses and fans: at saturation (wrk, three rounds, medians), at a fixed rate (open model, p99, and the CPU a request of the server and Redis, read slice by slice as the servers take turns), and without the layers (A/B); Redis memory for 1,000,000 queued fans | a bare axum handler doing one ZRANK (status) or one ZADD of a new member (join), and for the join also one doing the join script (its own one round trip); a bare sorted set of the same ids |
 | `scripts/edge_cost.sh` | the gateway's own instructions per join and status (callgrind), with and without the layers: the same on a busy machine, so a change of 1 % shows | the same baselines |
 | `cargo bench -p gateway --bench limiter_growth` | the longest wait of a rate-limit check while a spike's new keys grow the limiter's map, and the minute's sweep | the same map with `dashmap`'s default shards |
 | `cargo bench -p boxoffice-contract --bench tokens` | queue, access and order tokens signed and verified | raw Ed25519 |
