@@ -72,14 +72,20 @@ fn a_short_last_slice_leaves_gaps_but_no_overlap() {
     assert!(*all.last().unwrap() < 600);
 }
 
-#[test]
-fn due_by_counts_the_requests_whose_due_time_has_come() {
-    for schedule in [
+/// Schedules of every shape: interleaved, with a short last slice, back to
+/// back, and one server in slices that do not divide its second.
+fn varied() -> [Schedule; 4] {
+    [
         Schedule::new(1000.0, 2.0, 3, 100),
         Schedule::new(1000.0, 0.25, 2, 100),
         Schedule::new(1000.0, 1.0, 4, 0),
         Schedule::new(3000.0, 0.5, 1, 7),
-    ] {
+    ]
+}
+
+#[test]
+fn due_by_counts_the_requests_whose_due_time_has_come() {
+    for schedule in varied() {
         for server in 0..schedule.servers {
             let dues: Vec<f64> = (0..schedule.per_server)
                 .map(|k| schedule.due_s(server, k))
@@ -102,12 +108,7 @@ fn due_by_counts_the_requests_whose_due_time_has_come() {
 
 #[test]
 fn server_at_names_the_server_whose_request_holds_the_slot() {
-    for schedule in [
-        Schedule::new(1000.0, 2.0, 3, 100),
-        Schedule::new(1000.0, 0.25, 2, 100),
-        Schedule::new(1000.0, 1.0, 4, 0),
-        Schedule::new(3000.0, 0.5, 1, 7),
-    ] {
+    for schedule in varied() {
         let mut owner = std::collections::HashMap::new();
         for server in 0..schedule.servers {
             for k in 0..schedule.per_server {
