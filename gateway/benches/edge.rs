@@ -230,18 +230,10 @@ impl Cpu {
     /// Reads the counters; Redis's from `/proc/{redis_pid}/stat` (the local
     /// Redis the bench needs).
     fn now(redis_pid: u32) -> Self {
-        let fields = |path: String| -> Vec<f64> {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-            after
-                .split_whitespace()
-                .map(|f| f.parse().unwrap_or(0.0))
-                .collect()
-        };
         // After the command's name: state, ppid, …; utime is the 12th,
         // stime, cutime, cstime follow.
-        let own = fields("/proc/self/stat".into());
-        let redis = fields(format!("/proc/{redis_pid}/stat"));
+        let own = stat_fields("/proc/self/stat");
+        let redis = stat_fields(&format!("/proc/{redis_pid}/stat"));
         let stat = std::fs::read_to_string("/proc/stat").unwrap();
         let all: Vec<f64> = stat
             .lines()
@@ -279,6 +271,17 @@ impl Cpu {
             stolen: us(after.stolen - self.stolen),
         }
     }
+}
+
+/// The numbers of a `/proc/…/stat` after the command's name (state, ppid,
+/// …, utime the 12th); none for a process that is gone.
+fn stat_fields(path: &str) -> Vec<f64> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect()
 }
 
 /// What a request looks like: the same bytes go to the gateway and to its
@@ -748,14 +751,8 @@ fn open_model_client(addresses: String) {
 /// servers' process's CPU and 3 % of Redis's.
 fn cpu_by_slice(schedule: Schedule, start: Instant, redis_pid: u32) -> Vec<(f64, f64)> {
     let read = |pid: u32| -> f64 {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<f64> = text
-            .rsplit_once(')')
-            .map_or("", |(_, rest)| rest)
-            .split_whitespace()
-            .map(|f| f.parse().unwrap_or(0.0))
-            .collect();
-        // utime and stime, the 12th and 13th after the command's name.
+        let fields = stat_fields(&format!("/proc/{pid}/stat"));
+        // utime and stime.
         (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) * TICK_S
     };
     let servers_pid = std::os::unix::process::parent_id();

@@ -50,15 +50,14 @@ impl Schedule {
         (cycle * self.servers + self.turn(cycle, server)) * self.per_slice + within
     }
 
-    /// When, 0 first, server `server` takes its slice of cycle `cycle`: a
-    /// Fisher-Yates shuffle of the servers drawn from the cycle's number
-    /// (splitmix64), the same in every run; in their given order when each
-    /// has one slice.
-    pub fn turn(&self, cycle: u64, server: u64) -> u64 {
-        if self.per_slice >= self.per_server {
-            return server;
-        }
+    /// The servers in the order they take their slices in cycle `cycle`: a
+    /// Fisher-Yates shuffle drawn from the cycle's number (splitmix64), the
+    /// same in every run; their given order when each has one slice.
+    fn order(&self, cycle: u64) -> Vec<u64> {
         let mut order: Vec<u64> = (0..self.servers).collect();
+        if self.per_slice >= self.per_server {
+            return order;
+        }
         let mut state = cycle;
         for i in (1..order.len()).rev() {
             state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -69,6 +68,12 @@ impl Schedule {
             order.swap(i, (z % (i as u64 + 1)) as usize);
         }
         order
+    }
+
+    /// When, 0 first, server `server` takes its slice of cycle `cycle`
+    /// (see [`Schedule::order`]).
+    pub fn turn(&self, cycle: u64, server: u64) -> u64 {
+        self.order(cycle)
             .iter()
             .position(|&s| s == server)
             .expect("one of the servers") as u64
@@ -95,7 +100,7 @@ impl Schedule {
             return None;
         }
         let turn = slot % cycle_slots / self.per_slice;
-        (0..self.servers).find(|&server| self.turn(cycle, server) == turn)
+        Some(self.order(cycle)[turn as usize])
     }
 
     /// How many of server `server`'s requests have fallen due `elapsed_s`
