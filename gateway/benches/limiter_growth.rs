@@ -7,15 +7,32 @@
 //! how long each check took. With `dashmap`'s default shards against the
 //! gateway's ([`gateway::per_fan::LIMITER_SHARDS`]), in the same run.
 //!
+//! Then what one check costs, on one thread: a new key's and a known key's,
+//! in the per-IP limit's map as the gateway makes it, against the per-fan
+//! limit's fixed table with the address hashed to a name as the per-fan
+//! limit hashes a fan (what a per-IP limit over that table would do). The
+//! same keys in the same order for both, made before the clock starts (the
+//! table holds 262,144 fans: past that, a known key is mostly one it has
+//! forgotten, and costs it what a new one does).
+//!
+//! Last, what the sweep holds up on the runtime: 64 tasks, each waking
+//! every millisecond and then working 20 µs (about half of two cores, as
+//! requests would), on a runtime of two workers, while the sweep of
+//! BENCH_KEYS idle keys runs on one of the workers, as the gateway ran it,
+//! or on tokio's blocking threads through [`gateway::per_fan::sweep`], as
+//! it runs it now: how late the latest wake came.
+//!
 //! `cargo bench -p gateway --bench limiter_growth`; BENCH_KEYS (default
 //! 2000000) new keys.
 
+use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::per_fan::FanTable;
 use governor::clock::DefaultClock;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
@@ -71,6 +88,162 @@ fn run(limiter: Limiter, keys: u32) -> (usize, Duration, usize, usize, Duration)
     )
 }
 
+/// Nanoseconds a check, over `keys`: each new, then each again (known), in
+/// the order given; `check` takes one key's quota.
+fn cost_of_checks(keys: &[IpAddr], check: impl Fn(&IpAddr)) -> (f64, f64) {
+    let per_check = |started: Instant| started.elapsed().as_nanos() as f64 / keys.len() as f64;
+    let started = Instant::now();
+    keys.iter().for_each(&check);
+    let new = per_check(started);
+    let started = Instant::now();
+    keys.iter().for_each(&check);
+    (new, per_check(started))
+}
+
+/// One check's cost in the per-IP map and in the fixed table, `rounds`
+/// times each, alternating, each on a limiter of its own.
+fn check_costs(quota: Quota, keys: u32, rounds: usize) {
+    let addresses: Vec<IpAddr> = (0..keys).map(address).collect();
+    let names = std::hash::RandomState::new();
+    let mut map = Vec::new();
+    let mut table = Vec::new();
+    for _ in 0..rounds {
+        let limiter: Limiter = RateLimiter::new(
+            quota,
+            gateway::per_fan::keyed_state(),
+            DefaultClock::default(),
+        );
+        map.push(cost_of_checks(&addresses, |ip| {
+            let _ = limiter.check_key(ip);
+        }));
+        drop(limiter);
+        let limiter = RateLimiter::<u64, FanTable, DefaultClock>::new(
+            quota,
+            FanTable::default(),
+            DefaultClock::default(),
+        );
+        table.push(cost_of_checks(&addresses, |ip| {
+            let _ = limiter.check_key(&names.hash_one(ip));
+        }));
+    }
+    let median = |costs: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
+        let mut values: Vec<f64> = costs.iter().map(pick).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let rounds_of = |costs: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
+        costs
+            .iter()
+            .map(|c| format!("{:.0}", pick(c)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "\none check's cost, ns, {keys} keys new then known (1 thread; median of {rounds} rounds, each round's in brackets)"
+    );
+    println!("{:<50} {:>22} {:>22}", "limiter", "new key", "known key");
+    let new = |c: &(f64, f64)| c.0;
+    let known = |c: &(f64, f64)| c.1;
+    for (name, costs) in [
+        ("per-IP map (the gateway's, IpAddr keys)", &map),
+        ("fixed table (the per-fan limit's), hashed address", &table),
+    ] {
+        println!(
+            "{name:<50} {:>6.0} ({:>13}) {:>6.0} ({:>13})",
+            median(costs, new),
+            rounds_of(costs, new),
+            median(costs, known),
+            rounds_of(costs, known)
+        );
+    }
+    println!(
+        "the map over the table: {:.0} ns more a new key, {:.0} ns more a known key",
+        median(&map, new) - median(&table, new),
+        median(&map, known) - median(&table, known)
+    );
+}
+
+/// Where the sweep runs in [`sweep_hold_up`].
+#[derive(Clone, Copy, Debug)]
+enum SweptOn {
+    /// In a task, on a worker.
+    Worker,
+    /// By `gateway::per_fan::sweep`.
+    BlockingThreads,
+}
+
+/// The latest wake of the probing tasks over a window holding one sweep of
+/// `keys` idle keys run where `on` says, and how many wakes there were.
+fn sweep_hold_up(keys: u32, on: SweptOn) -> (Duration, u64) {
+    const TASKS: usize = 64;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        // Idle 1 ms after its check: every key is swept.
+        let quota = Quota::with_period(Duration::from_millis(1)).unwrap();
+        let limiter: Arc<Limiter> = Arc::new(RateLimiter::new(
+            quota,
+            gateway::per_fan::keyed_state(),
+            DefaultClock::default(),
+        ));
+        for i in 0..keys {
+            let _ = limiter.check_key(&address(i));
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        let probes: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let done = done.clone();
+                tokio::spawn(async move {
+                    let (mut latest, mut wakes) = (Duration::ZERO, 0u64);
+                    while !done.load(Ordering::Relaxed) {
+                        let asleep = Instant::now();
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        let late = asleep.elapsed().saturating_sub(Duration::from_millis(1));
+                        latest = latest.max(late);
+                        wakes += 1;
+                        let working = Instant::now();
+                        while working.elapsed() < Duration::from_micros(20) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    (latest, wakes)
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        match on {
+            SweptOn::Worker => {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    limiter.retain_recent();
+                    limiter.shrink_to_fit();
+                })
+                .await
+                .unwrap();
+            }
+            SweptOn::BlockingThreads => {
+                gateway::per_fan::sweep(&limiter, Duration::from_millis(1));
+                while !limiter.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        done.store(true, Ordering::Relaxed);
+        let mut latest = Duration::ZERO;
+        let mut wakes = 0;
+        for probe in probes {
+            let (late, woke) = probe.await.unwrap();
+            latest = latest.max(late);
+            wakes += woke;
+        }
+        (latest, wakes)
+    })
+}
+
 fn main() {
     let keys: u32 = std::env::var("BENCH_KEYS")
         .ok()
@@ -112,4 +285,27 @@ fn main() {
         "longest wait: {:.1}x shorter with the gateway's shards",
         default.1.as_secs_f64() / ours.1.as_secs_f64()
     );
+    check_costs(quota, keys, 3);
+    println!(
+        "\nthe sweep of {keys} idle keys on a runtime of 2 workers, while 64 tasks wake every 1 ms and work 20 µs (3 rounds, alternating)"
+    );
+    println!(
+        "{:<36} {:>16} {:>10}",
+        "sweep run", "latest wake ms", "wakes"
+    );
+    for _ in 0..3 {
+        for (name, on) in [
+            ("in a task, on a worker", SweptOn::Worker),
+            (
+                "on the blocking threads (per_fan::sweep)",
+                SweptOn::BlockingThreads,
+            ),
+        ] {
+            let (latest, wakes) = sweep_hold_up(keys, on);
+            println!(
+                "{name:<42} {:>16.2} {wakes:>10}",
+                latest.as_secs_f64() * 1e3
+            );
+        }
+    }
 }
