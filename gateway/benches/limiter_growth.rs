@@ -16,11 +16,12 @@
 //! forgotten, and costs it what a new one does).
 //!
 //! Last, what the sweep holds up on the runtime: 64 tasks, each waking
-//! every millisecond and then working 20 µs (about half of two cores, as
-//! requests would), on a runtime of two workers, while the sweep of
-//! BENCH_KEYS idle keys runs on one of the workers, as the gateway ran it,
-//! or on tokio's blocking threads through [`gateway::per_fan::sweep`], as
-//! it runs it now: how late the latest wake came.
+//! every millisecond and then working 20 µs (as requests would), on a
+//! runtime of one worker (a gateway given one CPU: tokio starts a worker a
+//! CPU it may use) and of two, while the sweep of BENCH_KEYS idle keys
+//! runs on a worker, as the gateway ran it, or on tokio's blocking threads
+//! through [`gateway::per_fan::sweep`], as it runs it now: how late the
+//! latest wake came.
 //!
 //! `cargo bench -p gateway --bench limiter_growth`; BENCH_KEYS (default
 //! 2000000) new keys.
@@ -174,10 +175,10 @@ enum SweptOn {
 
 /// The latest wake of the probing tasks over a window holding one sweep of
 /// `keys` idle keys run where `on` says, and how many wakes there were.
-fn sweep_hold_up(keys: u32, on: SweptOn) -> (Duration, u64) {
+fn sweep_hold_up(keys: u32, workers: usize, on: SweptOn) -> (Duration, u64) {
     const TASKS: usize = 64;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .unwrap();
@@ -287,25 +288,27 @@ fn main() {
     );
     check_costs(quota, keys, 3);
     println!(
-        "\nthe sweep of {keys} idle keys on a runtime of 2 workers, while 64 tasks wake every 1 ms and work 20 µs (3 rounds, alternating)"
+        "\nthe sweep of {keys} idle keys while 64 tasks wake every 1 ms and work 20 µs (3 rounds, alternating)"
     );
     println!(
-        "{:<36} {:>16} {:>10}",
-        "sweep run", "latest wake ms", "wakes"
+        "{:>7}  {:<42} {:>16} {:>10}",
+        "workers", "sweep run", "latest wake ms", "wakes"
     );
-    for _ in 0..3 {
-        for (name, on) in [
-            ("in a task, on a worker", SweptOn::Worker),
-            (
-                "on the blocking threads (per_fan::sweep)",
-                SweptOn::BlockingThreads,
-            ),
-        ] {
-            let (latest, wakes) = sweep_hold_up(keys, on);
-            println!(
-                "{name:<42} {:>16.2} {wakes:>10}",
-                latest.as_secs_f64() * 1e3
-            );
+    for workers in [1, 2] {
+        for _ in 0..3 {
+            for (name, on) in [
+                ("in a task, on a worker", SweptOn::Worker),
+                (
+                    "on the blocking threads (per_fan::sweep)",
+                    SweptOn::BlockingThreads,
+                ),
+            ] {
+                let (latest, wakes) = sweep_hold_up(keys, workers, on);
+                println!(
+                    "{workers:>7}  {name:<42} {:>16.2} {wakes:>10}",
+                    latest.as_secs_f64() * 1e3
+                );
+            }
         }
     }
 }

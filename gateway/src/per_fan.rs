@@ -167,12 +167,13 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// one since the start. Ends once the limiter is dropped; outside a tokio
 /// runtime, does nothing.
 ///
-/// The sweep walks every key, 60-80 ms for 2 million on a 2-core VM, so it
+/// The sweep walks every key, 30-80 ms for 2 million on a 2-core VM, so it
 /// runs on tokio's blocking threads, where blocking work belongs, rather
-/// than holding one of the runtime's workers that long. The other worker
-/// takes most of what is queued meanwhile, but not all: in `cargo bench -p
-/// gateway --bench limiter_growth`, 64 tasks waking every millisecond woke
-/// at worst 4.6-5.5 ms late with the sweep on a worker, 2.5-2.8 ms with it
+/// than holding a worker that long: with one worker (a gateway given one
+/// CPU), every request would wait for it. In `cargo bench -p gateway
+/// --bench limiter_growth`, 64 tasks waking every millisecond woke up to
+/// 31-46 ms late with the sweep on the one worker, 2.5-4.6 ms with it
+/// here; with two workers, 2.7-4.3 ms and once 36 ms on a worker, 2.7-2.8
 /// here.
 pub fn sweep<K, S, C, M>(limiter: &Arc<RateLimiter<K, S, C, M>>, every: Duration)
 where
