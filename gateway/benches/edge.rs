@@ -28,10 +28,13 @@
 //!   rather than on whichever ran at the time (`common/schedule.rs`;
 //!   `BENCH_SLICE_MS=0` runs them back to back). `BENCH_FIXED_ROUNDS` times
 //!   (default: `BENCH_ROUNDS`), reported as medians with each round's p99
-//!   ratio. With them, the CPU each request cost the servers' process and
-//!   Redis, read as each slice ends and put to the server whose slice it
-//!   was (`cpu_by_slice`): taking turns, the servers meet a slower minute of
-//!   the machine alike, where at saturation each meets its own.
+//!   ratio, and again with each server's requests of all rounds pooled
+//!   (`pooled`): a round's p99 ratio moves with how many of the machine's
+//!   stalls each server met in it, the pooled one less. With them, the CPU
+//!   each request cost the servers' process and Redis, read as each slice
+//!   ends and put to the server whose slice it was (`cpu_by_slice`): taking
+//!   turns, the servers meet a slower minute of the machine alike, where
+//!   at saturation each meets its own.
 //!
 //! The A/B: the same routes served without the protective layers (the per-fan
 //! limit stays: it is in the handlers). The join has a second baseline: a
@@ -59,6 +62,8 @@
 //! request fell due and its latency, which `scripts/tail_stalls.py` reads).
 
 mod common;
+#[path = "common/latency_files.rs"]
+mod latency_files;
 #[path = "common/schedule.rs"]
 mod schedule;
 
@@ -128,6 +133,17 @@ enum Server {
 }
 
 impl Server {
+    /// Its label in a fixed-rate round's files (with the round's number):
+    /// its trace (`BENCH_TRACE_DIR`) and its pooled latencies ([`pooled`]).
+    fn label(self) -> &'static str {
+        match self {
+            Server::Baseline => "base",
+            Server::Gateway => "ours",
+            Server::WithoutLayers => "bare",
+            Server::ScriptBaseline => "script",
+        }
+    }
+
     /// Its run in `round`.
     fn run(self, round: &Round) -> Run {
         match self {
@@ -498,6 +514,11 @@ fn open_model(
             std::env::join_paths(paths).expect("BENCH_TRACE_DIR holds no path separator"),
         );
     }
+    let pools = servers.iter().map(|(_, label)| pool_path(kind, label));
+    client.env(
+        "BENCH_OPEN_POOL",
+        std::env::join_paths(pools).expect("the temporary directory's path holds no separator"),
+    );
     let addresses: Vec<&str> = servers
         .iter()
         .map(|(url, _)| url.trim_start_matches("http://"))
@@ -544,6 +565,34 @@ fn open_model(
     runs
 }
 
+/// Where the open-model client leaves the latencies of the server
+/// `label` (its role and round) of a `kind` round: one file each, under a
+/// directory of this run's own.
+fn pool_path(kind: Kind, label: &str) -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("edge-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("making the latencies' directory");
+        dir
+    });
+    dir.join(format!("{}-{label}.u32", kind.name()))
+}
+
+/// Every request `server` was sent at the fixed rate over `rounds` rounds,
+/// pooled: how many, and their p99 and p99.9 in ms. A stall of the machine
+/// lands in one slice of one server, so a round's p99 moves with how many
+/// stalls that server met; over all its rounds' requests, the servers
+/// meet them more alike.
+fn pooled(kind: Kind, server: Server, rounds: usize) -> (usize, f64, f64) {
+    let files = (0..rounds).map(|round| pool_path(kind, &format!("{}-{round}", server.label())));
+    let all = latency_files::pooled(files).expect("the open-model client's latencies");
+    (
+        all.len(),
+        latency_files::quantile_ms(&all, 0.99),
+        latency_files::quantile_ms(&all, 0.999),
+    )
+}
+
 /// An open-model load generator for one or more servers (`BENCH_OPEN_ADDR`,
 /// comma-separated), each sent `BENCH_SECONDS` of requests at the same
 /// rate, in turns of `BENCH_SLICE_MS` (a [`Schedule`]): request `k` of a
@@ -580,6 +629,9 @@ fn open_model_client(addresses: String) {
         .collect();
     let traces: Option<Vec<std::path::PathBuf>> =
         std::env::var_os("BENCH_OPEN_TRACE").map(|paths| std::env::split_paths(&paths).collect());
+    let pools: Vec<std::path::PathBuf> = std::env::var_os("BENCH_OPEN_POOL")
+        .map(|paths| std::env::split_paths(&paths).collect())
+        .unwrap_or_default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -713,13 +765,15 @@ fn open_model_client(addresses: String) {
         // Each server had its share of the round.
         let elapsed = (began.elapsed().as_secs_f64() - 0.05) / addresses.len() as f64;
         let cpu = sampler.join().expect("the CPU sampler");
-        for ((latencies, failed), (server_s, redis_s)) in latencies.iter_mut().zip(failed).zip(cpu)
+        for (server, ((latencies, failed), (server_s, redis_s))) in
+            latencies.iter_mut().zip(failed).zip(cpu).enumerate()
         {
             latencies.sort_unstable();
-            let at = |q: f64| {
-                latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)] as f64
-                    / 1000.0
-            };
+            if let Some(path) = pools.get(server) {
+                std::fs::write(path, latency_files::to_bytes(latencies))
+                    .expect("writing the open-model latencies");
+            }
+            let at = |q: f64| latency_files::quantile_ms(latencies, q);
             let us = |s: f64| 1e6 * s / latencies.len() as f64;
             println!(
                 "open {:.0} {:.3} {:.3} {:.3} {failed} {:.2} {:.2}",
@@ -998,15 +1052,19 @@ async fn bench() {
                     .map(|r| {
                         // The servers of a round take turns, slice by slice
                         // (back to back with BENCH_SLICE_MS=0; see `open_model`).
+                        let label = |server: Server| format!("{}-{r}", server.label());
                         let mut servers = vec![
-                            (baseline_url.as_str(), format!("base-{r}")),
-                            (gateway_url.as_str(), format!("ours-{r}")),
-                            (bare_gateway_url.as_str(), format!("bare-{r}")),
+                            (baseline_url.as_str(), label(Server::Baseline)),
+                            (gateway_url.as_str(), label(Server::Gateway)),
+                            (bare_gateway_url.as_str(), label(Server::WithoutLayers)),
                         ];
                         // The join's own one round trip, at the same rate:
                         // the tail the script alone has, against the ZADD's.
                         if kind == Kind::Join {
-                            servers.push((script_baseline_url.as_str(), format!("script-{r}")));
+                            servers.push((
+                                script_baseline_url.as_str(),
+                                label(Server::ScriptBaseline),
+                            ));
                         }
                         let runs = open_model(&servers, kind, &tokens, rate, redis_pid);
                         Round {
@@ -1160,6 +1218,25 @@ async fn bench() {
             fixed_row(name, rounds, pick, against);
         }
     }
+    println!(
+        "\nthe fixed rate's tail with every round's requests pooled, a server's {fixed_rounds} rounds \
+         together (see `pooled`)"
+    );
+    println!(
+        "{:<44} {:>9} {:>8} {:>8} {:>13}",
+        "endpoint", "requests", "p99 ms", "p99.9 ms", "p99 vs base"
+    );
+    for Fixed { kind, rounds } in &fixed {
+        for (name, pick, against) in kind.rows() {
+            let (requests, p99, p999) = pooled(*kind, pick, rounds.len());
+            let (_, base_p99, _) = pooled(*kind, against, rounds.len());
+            println!(
+                "{name:<44} {requests:>9} {p99:>8.2} {p999:>8.2} {:>12.2}x",
+                p99 / base_p99
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(pool_path(Kind::Status, "").parent().expect("a directory"));
     println!(
         "\nCPU per request at the fixed rate, µs, median over the rounds: the servers' process and \
          Redis, read as each slice ends and put to the server whose slice it was ({turns}); \
