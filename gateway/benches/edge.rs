@@ -1219,8 +1219,8 @@ async fn bench() {
         }
     }
     println!(
-        "\nthe fixed rate's tail with every round's requests pooled, a server's {fixed_rounds} rounds \
-         together (see `pooled`)"
+        "\nthe fixed rate's tail over every request of a server's {fixed_rounds} rounds together, \
+         the rounds pooled"
     );
     println!(
         "{:<44} {:>9} {:>8} {:>8} {:>13}",
