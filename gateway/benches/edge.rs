@@ -30,11 +30,11 @@
 //!   (default: `BENCH_ROUNDS`), reported as medians with each round's p99
 //!   ratio, and again with each server's requests of all rounds pooled
 //!   (`pooled`): a round's p99 ratio moves with how many of the machine's
-//!   stalls each server met in it, the pooled one less. With them, the CPU
-//!   each request cost the servers' process and Redis, read as each slice
-//!   ends and put to the server whose slice it was (`cpu_by_slice`): taking
-//!   turns, the servers meet a slower minute of the machine alike, where
-//!   at saturation each meets its own.
+//!   stalls each server met in it, which the pool should even out. With
+//!   them, the CPU each request cost the servers' process and Redis, read
+//!   as each slice ends and put to the server whose slice it was
+//!   (`cpu_by_slice`): taking turns, the servers meet a slower minute of
+//!   the machine alike, where at saturation each meets its own.
 //!
 //! The A/B: the same routes served without the protective layers (the per-fan
 //! limit stays: it is in the handlers). The join has a second baseline: a
@@ -565,24 +565,52 @@ fn open_model(
     runs
 }
 
-/// Where the open-model client leaves the latencies of the server
-/// `label` (its role and round) of a `kind` round: one file each, under a
-/// directory of this run's own.
-fn pool_path(kind: Kind, label: &str) -> std::path::PathBuf {
+/// The directory of this run's own where the open-model client leaves its
+/// latencies ([`pool_path`]): named by the process and the time it was
+/// first asked for.
+fn pool_dir() -> &'static std::path::Path {
     static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("edge-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("making the latencies' directory");
-        dir
-    });
-    dir.join(format!("{}-{label}.u32", kind.name()))
+    DIR.get_or_init(|| {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        std::env::temp_dir().join(format!(
+            "edge-bench-{}-{}",
+            std::process::id(),
+            since_epoch.as_nanos()
+        ))
+    })
+}
+
+/// [`pool_dir`], made, and removed with all it holds when dropped, as
+/// the bench ends or unwinds.
+struct PoolDir;
+
+impl PoolDir {
+    fn make() -> Self {
+        std::fs::create_dir_all(pool_dir()).expect("making the latencies' directory");
+        PoolDir
+    }
+}
+
+impl Drop for PoolDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(pool_dir());
+    }
+}
+
+/// Where the open-model client leaves the latencies of the server
+/// `label` (its role and round) of a `kind` round: one file each, in
+/// [`pool_dir`].
+fn pool_path(kind: Kind, label: &str) -> std::path::PathBuf {
+    pool_dir().join(format!("{}-{label}.u32", kind.name()))
 }
 
 /// Every request `server` was sent at the fixed rate over `rounds` rounds,
 /// pooled: how many, and their p99 and p99.9 in ms. A stall of the machine
 /// lands in one slice of one server, so a round's p99 moves with how many
 /// stalls that server met; over all its rounds' requests, the servers
-/// meet them more alike.
+/// should meet them more alike.
 fn pooled(kind: Kind, server: Server, rounds: usize) -> (usize, f64, f64) {
     let files = (0..rounds).map(|round| pool_path(kind, &format!("{}-{round}", server.label())));
     let all = latency_files::pooled(files).expect("the open-model client's latencies");
@@ -915,6 +943,7 @@ fn main() {
     if let Ok(address) = std::env::var("BENCH_OPEN_ADDR") {
         return open_model_client(address);
     }
+    let _pool = PoolDir::make();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -1223,20 +1252,20 @@ async fn bench() {
          the rounds pooled"
     );
     println!(
-        "{:<44} {:>9} {:>8} {:>8} {:>13}",
-        "endpoint", "requests", "p99 ms", "p99.9 ms", "p99 vs base"
+        "{:<44} {:>9} {:>8} {:>8} {:>8} {:>13}",
+        "endpoint", "requests", "p99 ms", "p99.9 ms", "non-2xx", "p99 vs base"
     );
     for Fixed { kind, rounds } in &fixed {
         for (name, pick, against) in kind.rows() {
             let (requests, p99, p999) = pooled(*kind, pick, rounds.len());
             let (_, base_p99, _) = pooled(*kind, against, rounds.len());
+            let non_2xx: u64 = rounds.iter().map(|r| pick.run(r).non_2xx).sum();
             println!(
-                "{name:<44} {requests:>9} {p99:>8.2} {p999:>8.2} {:>12.2}x",
+                "{name:<44} {requests:>9} {p99:>8.2} {p999:>8.2} {non_2xx:>8} {:>12.2}x",
                 p99 / base_p99
             );
         }
     }
-    let _ = std::fs::remove_dir_all(pool_path(Kind::Status, "").parent().expect("a directory"));
     println!(
         "\nCPU per request at the fixed rate, µs, median over the rounds: the servers' process and \
          Redis, read as each slice ends and put to the server whose slice it was ({turns}); \

@@ -16,12 +16,15 @@
 //! forgotten, and costs it what a new one does).
 //!
 //! Last, what the sweep holds up on the runtime: 64 tasks, each waking
-//! every millisecond and then working 20 µs (as requests would), on a
-//! runtime of one worker (a gateway given one CPU: tokio starts a worker a
-//! CPU it may use) and of two, while the sweep of BENCH_KEYS idle keys
-//! runs on a worker, as the gateway ran it, or on tokio's blocking threads
-//! through [`gateway::per_fan::sweep`], as it runs it now: how late the
-//! latest wake came.
+//! every millisecond and then working `BENCH_PROBE_WORK_US` (default 20)
+//! µs, as requests would, on runtimes of `BENCH_WORKERS` (default `1,2`)
+//! workers, with no sweep (the probes' own floor), with the sweep of
+//! BENCH_KEYS idle keys on a worker, as the gateway ran it, and with it on
+//! tokio's blocking threads through [`gateway::per_fan::sweep`], as it runs
+//! it now: how late the latest wake came, and how long the sweep took. A
+//! runtime of one worker is what tokio starts for a gateway allowed one
+//! CPU; here its blocking thread may still run on the machine's other
+//! core, unless the bench runs under `taskset -c 0`.
 //!
 //! `cargo bench -p gateway --bench limiter_growth`; BENCH_KEYS (default
 //! 2000000) new keys.
@@ -167,15 +170,23 @@ fn check_costs(quota: Quota, keys: u32, rounds: usize) {
 /// Where the sweep runs in [`sweep_hold_up`].
 #[derive(Clone, Copy, Debug)]
 enum SweptOn {
+    /// Nowhere: the probes' own floor.
+    NoSweep,
     /// In a task, on a worker.
     Worker,
     /// By `gateway::per_fan::sweep`.
     BlockingThreads,
 }
 
-/// The latest wake of the probing tasks over a window holding one sweep of
-/// `keys` idle keys run where `on` says, and how many wakes there were.
-fn sweep_hold_up(keys: u32, workers: usize, on: SweptOn) -> (Duration, u64) {
+/// The probing tasks' latest wake over a window holding one sweep of
+/// `keys` idle keys run where `on` says, on a runtime of `workers`; how
+/// many wakes there were; and how long the sweep took.
+fn sweep_hold_up(
+    keys: u32,
+    workers: usize,
+    work: Duration,
+    on: SweptOn,
+) -> (Duration, u64, Duration) {
     const TASKS: usize = 64;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -206,7 +217,7 @@ fn sweep_hold_up(keys: u32, workers: usize, on: SweptOn) -> (Duration, u64) {
                         latest = latest.max(late);
                         wakes += 1;
                         let working = Instant::now();
-                        while working.elapsed() < Duration::from_micros(20) {
+                        while working.elapsed() < work {
                             std::hint::spin_loop();
                         }
                     }
@@ -215,7 +226,9 @@ fn sweep_hold_up(keys: u32, workers: usize, on: SweptOn) -> (Duration, u64) {
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
         match on {
+            SweptOn::NoSweep => {}
             SweptOn::Worker => {
                 let limiter = limiter.clone();
                 tokio::spawn(async move {
@@ -226,12 +239,15 @@ fn sweep_hold_up(keys: u32, workers: usize, on: SweptOn) -> (Duration, u64) {
                 .unwrap();
             }
             SweptOn::BlockingThreads => {
+                // Its first sweep 1 ms from now; the later ones, every
+                // millisecond while the window lasts, find the map empty.
                 gateway::per_fan::sweep(&limiter, Duration::from_millis(1));
                 while !limiter.is_empty() {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }
         }
+        let swept = started.elapsed();
         tokio::time::sleep(Duration::from_millis(200)).await;
         done.store(true, Ordering::Relaxed);
         let mut latest = Duration::ZERO;
@@ -241,15 +257,63 @@ fn sweep_hold_up(keys: u32, workers: usize, on: SweptOn) -> (Duration, u64) {
             latest = latest.max(late);
             wakes += woke;
         }
-        (latest, wakes)
+        (latest, wakes, swept)
     })
 }
 
-fn main() {
-    let keys: u32 = std::env::var("BENCH_KEYS")
+/// The sweep's hold-up table: for each count of workers in
+/// `BENCH_WORKERS` (default `1,2`), three rounds of no sweep, the sweep on
+/// a worker and on the blocking threads, in turn.
+fn sweep_hold_ups(keys: u32) {
+    let work = Duration::from_micros(env_number("BENCH_PROBE_WORK_US", 20));
+    let workers: Vec<usize> = std::env::var("BENCH_WORKERS")
+        .unwrap_or_else(|_| "1,2".to_owned())
+        .split(',')
+        .map(|w| {
+            w.trim()
+                .parse()
+                .expect("BENCH_WORKERS: counts of workers, comma-separated")
+        })
+        .collect();
+    println!(
+        "\nthe sweep of {keys} idle keys while 64 tasks wake every 1 ms and work {} µs (3 rounds, in turn)",
+        work.as_micros()
+    );
+    println!(
+        "{:>7}  {:<42} {:>16} {:>10} {:>9}",
+        "workers", "sweep run", "latest wake ms", "wakes", "sweep ms"
+    );
+    for &workers in &workers {
+        for _ in 0..3 {
+            for (name, on) in [
+                ("no sweep", SweptOn::NoSweep),
+                ("in a task, on a worker", SweptOn::Worker),
+                (
+                    "on the blocking threads (per_fan::sweep)",
+                    SweptOn::BlockingThreads,
+                ),
+            ] {
+                let (latest, wakes, swept) = sweep_hold_up(keys, workers, work, on);
+                println!(
+                    "{workers:>7}  {name:<42} {:>16.2} {wakes:>10} {:>9.1}",
+                    latest.as_secs_f64() * 1e3,
+                    swept.as_secs_f64() * 1e3
+                );
+            }
+        }
+    }
+}
+
+/// A number from the environment, else `default`.
+fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000_000);
+        .unwrap_or(default)
+}
+
+fn main() {
+    let keys: u32 = env_number("BENCH_KEYS", 2_000_000);
     let quota =
         Quota::per_second(NonZeroU32::new(10).unwrap()).allow_burst(NonZeroU32::new(20).unwrap());
     println!("\nknown keys checked while {keys} new keys come in, then the sweep (2 threads)");
@@ -287,28 +351,5 @@ fn main() {
         default.1.as_secs_f64() / ours.1.as_secs_f64()
     );
     check_costs(quota, keys, 3);
-    println!(
-        "\nthe sweep of {keys} idle keys while 64 tasks wake every 1 ms and work 20 µs (3 rounds, alternating)"
-    );
-    println!(
-        "{:>7}  {:<42} {:>16} {:>10}",
-        "workers", "sweep run", "latest wake ms", "wakes"
-    );
-    for workers in [1, 2] {
-        for _ in 0..3 {
-            for (name, on) in [
-                ("in a task, on a worker", SweptOn::Worker),
-                (
-                    "on the blocking threads (per_fan::sweep)",
-                    SweptOn::BlockingThreads,
-                ),
-            ] {
-                let (latest, wakes) = sweep_hold_up(keys, workers, on);
-                println!(
-                    "{workers:>7}  {name:<42} {:>16.2} {wakes:>10}",
-                    latest.as_secs_f64() * 1e3
-                );
-            }
-        }
-    }
+    sweep_hold_ups(keys);
 }

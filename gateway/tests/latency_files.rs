@@ -47,9 +47,17 @@ fn a_servers_rounds_are_pooled_whole() {
     assert_eq!(quantile_ms(&all, 0.97), 1.0);
 }
 
-/// A file that is not there is an error, not an empty round.
+/// A file that is not there, or cut short of a whole latency, is an
+/// error, not an empty or shorter round.
 #[test]
-fn a_missing_round_is_an_error() {
+fn a_missing_or_cut_round_is_an_error() {
     let missing = std::env::temp_dir().join(format!("latency-files-none-{}", std::process::id()));
-    assert!(pooled([missing]).is_err());
+    assert!(pooled([&missing]).is_err());
+    let cut = std::env::temp_dir().join(format!("latency-files-cut-{}", std::process::id()));
+    let mut bytes = to_bytes(&[1_000, 2_000]);
+    bytes.pop();
+    std::fs::write(&cut, bytes).unwrap();
+    let read = pooled([&cut]);
+    std::fs::remove_file(&cut).unwrap();
+    assert_eq!(read.unwrap_err().kind(), std::io::ErrorKind::InvalidData);
 }
