@@ -16,7 +16,7 @@
 //!    tells the request which it took);
 //! 2. per-IP rate limit (`tower_governor`, keyed by [`crate::client_ip`]):
 //!    past the quota, 429 `rate-limited` with `Retry-After`, before any work
-//!    is done; idle addresses are forgotten every minute;
+//!    is done; addresses back to a full quota are forgotten every 5 s;
 //! 3. places, in one layer: one address has at most `per_client_in_flight`
 //!    requests in flight (429 past it), so trickled bodies from one address
 //!    cannot take the global places; and at most `max_in_flight` requests
@@ -75,21 +75,7 @@ pub fn protect(
         .key_extractor(clients.clone())
         .finish()
         .expect("the default rate and burst");
-    // The per-IP quota, in more shards than `governor`'s default (see
-    // `per_fan::LIMITER_SHARDS`): every new client address is a new key.
-    let per_ip_limiter: SharedRateLimiter<std::net::IpAddr, NoOpMiddleware> =
-        std::sync::Arc::new(governor::RateLimiter::new(
-            governor::Quota::with_period(Duration::from_millis(
-                (1000 / config.per_ip_rate.max(1)).max(1),
-            ))
-            .expect("a positive period")
-            .allow_burst(
-                std::num::NonZeroU32::new(config.per_ip_burst.max(1)).expect("at least one"),
-            ),
-            crate::per_fan::keyed_state(),
-            governor::clock::DefaultClock::default(),
-        ));
-    crate::per_fan::sweep(&per_ip_limiter, crate::per_fan::SWEEP_EVERY);
+    let per_ip_limiter = per_ip_limiter(config);
     let places = std::sync::Arc::new(Places::new(
         PerClient::new(clients.clone(), config.per_client_in_flight),
         config.max_in_flight,
@@ -128,6 +114,23 @@ pub fn protect(
         probes,
         guarded: protected,
     }
+}
+
+/// The per-IP quota of `config`, in more shards than `governor`'s default
+/// (see `per_fan::LIMITER_SHARDS`: every new client address is a new key),
+/// swept every [`crate::per_fan::SWEEP_EVERY`].
+fn per_ip_limiter(config: &Config) -> SharedRateLimiter<std::net::IpAddr, NoOpMiddleware> {
+    let limiter = std::sync::Arc::new(governor::RateLimiter::new(
+        governor::Quota::with_period(Duration::from_millis(
+            (1000 / config.per_ip_rate.max(1)).max(1),
+        ))
+        .expect("a positive period")
+        .allow_burst(std::num::NonZeroU32::new(config.per_ip_burst.max(1)).expect("at least one")),
+        crate::per_fan::keyed_state(),
+        governor::clock::DefaultClock::default(),
+    ));
+    crate::per_fan::sweep(&limiter, crate::per_fan::SWEEP_EVERY);
+    limiter
 }
 
 /// The routes behind their layers, and the probes around them: steered by
@@ -582,6 +585,25 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// The gateway's per-IP map forgets the addresses back to a full quota
+    /// every 5 s, not every minute: a spike's addresses of the last few
+    /// seconds are all it holds.
+    #[tokio::test(start_paused = true)]
+    async fn the_per_ip_map_forgets_idle_addresses_every_five_seconds() {
+        let limiter = per_ip_limiter(&Config::defaults());
+        for last in 1..=100u8 {
+            let address = std::net::IpAddr::from([10, 0, 0, last]);
+            assert!(limiter.check_key(&address).is_ok());
+        }
+        // One request each: a full quota again 1/rate later, on governor's
+        // clock, which is the real one (tokio's is paused).
+        std::thread::sleep(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(4_900)).await;
+        assert_eq!(limiter.len(), 100, "no sweep before 5 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(limiter.len(), 0, "all forgotten by the sweep at 5 s");
     }
 
     #[tokio::test]
