@@ -2,7 +2,7 @@
 //! puts a spike's new keys (client addresses) into a keyed limiter, as the
 //! per-IP limit does for every new client address (the per-fan limit keeps
 //! a table of fixed size, `gateway::per_fan::FanTable`), then runs the
-//! minute's sweep (`retain_recent`, `shrink_to_fit`); another thread checks
+//! sweep (`retain_recent`, `shrink_to_fit`); another thread checks
 //! keys already known, as the rest of the crowd's requests do, and records
 //! how long each check took. With `dashmap`'s default shards against the
 //! gateway's ([`gateway::per_fan::LIMITER_SHARDS`]), in the same run.
@@ -21,7 +21,9 @@
 //! workers, with no sweep (the probes' own floor), with the sweep of
 //! BENCH_KEYS idle keys on a worker, as the gateway ran it, and with it on
 //! tokio's blocking threads through [`gateway::per_fan::sweep`], as it runs
-//! it now: how late the latest wake came, and how long the sweep took. A
+//! it now: how late the latest wake came, and how long the sweep took (on
+//! the blocking threads, from asking for it until the map is seen empty,
+//! looked at every millisecond: up to 2 ms more than the sweep). A
 //! runtime of one worker is what tokio starts for a gateway allowed one
 //! CPU; here its blocking thread may still run on the machine's other
 //! core, unless the bench runs under `taskset -c 0`.

@@ -174,14 +174,12 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// one since the start. Ends once the limiter is dropped; outside a tokio
 /// runtime, does nothing.
 ///
-/// The sweep walks every key, 30-80 ms for 2 million on a 2-core VM, so it
-/// runs on tokio's blocking threads, where blocking work belongs, rather
-/// than holding a worker that long: with one worker (a gateway given one
-/// CPU), every request would wait for it. In `cargo bench -p gateway
-/// --bench limiter_growth`, 64 tasks waking every millisecond woke up to
-/// 31-46 ms late with the sweep on the one worker, 2.5-4.6 ms with it
-/// here; with two workers, 2.7-4.3 ms and once 36 ms on a worker, 2.7-2.8
-/// here.
+/// The sweep walks every key (tens of milliseconds for 2 million, a few
+/// for 250,000), so it runs on tokio's blocking threads, where blocking
+/// work belongs, rather than holding a worker that long: a gateway allowed
+/// one CPU has one worker, and every request would wait for the sweep.
+/// `cargo bench -p gateway --bench limiter_growth` measures the hold-up
+/// both ways, on one and two workers (BENCHMARKS.md, "Limiters").
 pub fn sweep<K, S, C, M>(limiter: &Arc<RateLimiter<K, S, C, M>>, every: Duration)
 where
     K: Hash + Send + Sync + 'static,
