@@ -62,6 +62,8 @@
 //! request fell due and its latency, which `scripts/tail_stalls.py` reads).
 
 mod common;
+#[path = "common/env.rs"]
+mod env;
 #[path = "common/latency_files.rs"]
 mod latency_files;
 #[path = "common/schedule.rs"]
@@ -75,6 +77,7 @@ use axum::Router;
 use boxoffice_contract::event::now_ms;
 use boxoffice_contract::keys::EventKeys;
 use boxoffice_contract::token::{now_s, Claims, TokenUse};
+use env::env_or;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use schedule::Schedule;
@@ -83,13 +86,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// arena locks (a fifth of the status poll's CPU); mimalloc does not.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The fixed rate's slices, ms (`BENCH_SLICE_MS`; see [`Schedule`]).
 const DEFAULT_SLICE_MS: u64 = 100;
@@ -1256,9 +1252,19 @@ async fn bench() {
         "endpoint", "requests", "p99 ms", "p99.9 ms", "non-2xx", "p99 vs base"
     );
     for Fixed { kind, rounds } in &fixed {
+        // Each server's files read once, though several rows name it.
+        let mut pools: Vec<(Server, (usize, f64, f64))> = Vec::new();
+        let mut pool_of = |server: Server| match pools.iter().find(|(s, _)| *s == server) {
+            Some(&(_, pool)) => pool,
+            None => {
+                let pool = pooled(*kind, server, rounds.len());
+                pools.push((server, pool));
+                pool
+            }
+        };
         for (name, pick, against) in kind.rows() {
-            let (requests, p99, p999) = pooled(*kind, pick, rounds.len());
-            let (_, base_p99, _) = pooled(*kind, against, rounds.len());
+            let (requests, p99, p999) = pool_of(pick);
+            let (_, base_p99, _) = pool_of(against);
             let non_2xx: u64 = rounds.iter().map(|r| pick.run(r).non_2xx).sum();
             println!(
                 "{name:<44} {requests:>9} {p99:>8.2} {p999:>8.2} {non_2xx:>8} {:>12.2}x",

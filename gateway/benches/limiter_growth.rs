@@ -31,6 +31,9 @@
 //! `cargo bench -p gateway --bench limiter_growth`; BENCH_KEYS (default
 //! 2000000) new keys.
 
+#[path = "common/env.rs"]
+mod env;
+
 use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
@@ -38,6 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use env::env_or;
 use gateway::per_fan::FanTable;
 use governor::clock::DefaultClock;
 use governor::state::keyed::DefaultKeyedStateStore;
@@ -267,7 +271,7 @@ fn sweep_hold_up(
 /// `BENCH_WORKERS` (default `1,2`), three rounds of no sweep, the sweep on
 /// a worker and on the blocking threads, in turn.
 fn sweep_hold_ups(keys: u32) {
-    let work = Duration::from_micros(env_number("BENCH_PROBE_WORK_US", 20));
+    let work = Duration::from_micros(env_or("BENCH_PROBE_WORK_US", 20));
     let workers: Vec<usize> = std::env::var("BENCH_WORKERS")
         .unwrap_or_else(|_| "1,2".to_owned())
         .split(',')
@@ -306,16 +310,8 @@ fn sweep_hold_ups(keys: u32) {
     }
 }
 
-/// A number from the environment, else `default`.
-fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
-    let keys: u32 = env_number("BENCH_KEYS", 2_000_000);
+    let keys: u32 = env_or("BENCH_KEYS", 2_000_000);
     let quota =
         Quota::per_second(NonZeroU32::new(10).unwrap()).allow_burst(NonZeroU32::new(20).unwrap());
     println!("\nknown keys checked while {keys} new keys come in, then the sweep (2 threads)");
