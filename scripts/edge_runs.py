@@ -150,12 +150,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     if args.mode == "summarize":
+        names = [str(path) for path in args.outputs]
         texts = [path.read_text() for path in args.outputs]
     else:
         command = args.command or DEFAULT_COMMAND
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
-        texts = []
+        names, texts = [], []
         for k in range(1, args.runs + 1):
             print(f"run {k} of {args.runs}: {' '.join(command)}", file=sys.stderr, flush=True)
             done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=os.environ)
@@ -163,11 +164,12 @@ def main(argv=None):
                 sys.exit(f"run {k} failed with status {done.returncode}")
             if args.keep:
                 (args.keep / f"run-{k}.out").write_text(done.stdout)
+            names.append(f"run {k}")
             texts.append(done.stdout)
     runs = [tables(text) for text in texts]
-    for path_or_k, run in zip(getattr(args, "outputs", range(1, len(runs) + 1)), runs):
+    for name, run in zip(names, runs):
         if not run:
-            sys.exit(f"{path_or_k}: no edge benchmark tables in it")
+            sys.exit(f"{name}: no edge benchmark tables in it")
     print("\n".join(summary(runs)))
 
 
