@@ -2,8 +2,8 @@
 """The edge benchmark's goals over several whole runs, not one.
 
 On a small shared machine one run of `cargo bench -p gateway --bench edge`
-is a draw: the same build has given the join's pooled fixed-rate p99 1.2x
-the ZADD's in one run and 2.9x in the next, as stalls of the machine land
+is a draw: the same build has given the join's pooled fixed-rate p99 2.85x
+the ZADD's in one run and 1.29x in the next, as stalls of the machine land
 on one server's turns or another's. This runs the benchmark N times (or
 reads runs already kept) and prints, for each goal, every run's figure, the
 median over the runs, their spread and how many runs met it:
@@ -19,6 +19,7 @@ rounds) and the fixed rate's p99 ratio over all the run's requests pooled.
 """
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
@@ -57,7 +58,8 @@ def tables(text):
 
     A table starts at a line beginning with a known title and ends at the first
     blank line; a row "the same without the protective layers" is named after
-    the row above it that it repeats ("... without the layers")."""
+    the row right above it, which it repeats ("... without the layers"), and is
+    left out when that row is not one this script knows."""
     found, current, above = {}, None, None
     for line in text.splitlines():
         if current is None:
@@ -70,6 +72,7 @@ def tables(text):
             continue
         label, value = row(line)
         if label is None:
+            above = None
             continue
         if label == BARE:
             if above is None:
@@ -98,9 +101,11 @@ def row(line):
     for word in reversed(rest):
         if word.endswith("x"):
             try:
-                return label, float(word[:-1])
+                value = float(word[:-1])
             except ValueError:
-                pass
+                continue
+            if math.isfinite(value):
+                return label, value
     raise ValueError(f"no ratio in the row {line!r}")
 
 
@@ -126,7 +131,12 @@ def summary(runs):
         def show(v):
             if v is None:
                 return "-"
-            return f"{v:.0f}" if percent else f"{v:.2f}"
+            # A median of two figures as the bench prints them (whole
+            # percentages, ratios to 0.01) can end in a half: kept, not
+            # rounded to even.
+            if percent:
+                return f"{v:.0f}" if v == round(v) else f"{v:.1f}"
+            return f"{v:.2f}" if v == round(v, 2) else f"{v:.3f}"
 
         goal_text = "" if goal is None else f"{goal[0]}{goal[1]}"
         met_text = "" if goal is None else f"{sum(met(v, goal) for v in seen)}/{len(seen)}"
@@ -168,8 +178,8 @@ def main(argv=None):
             texts.append(done.stdout)
     runs = [tables(text) for text in texts]
     for name, run in zip(names, runs):
-        if not run:
-            sys.exit(f"{name}: no edge benchmark tables in it")
+        if not any(label in run.get(table, {}) for _, table, label, _ in FIGURES):
+            sys.exit(f"{name}: none of the edge benchmark's rows in it")
     print("\n".join(summary(runs)))
 
 

@@ -31,6 +31,13 @@ baseline: axum + the join script (EVALSHA)       47726     1.16     2.37        
 POST /v1/events/{{id}}/queue, vs the script        50445     1.06     3.02        0   111% (124 111 103)
   the same without the protective layers         55597     0.95     2.63        0   123% (137 123 105)
 
+CPU per request at saturation, µs, median over the rounds
+endpoint                                       server    Redis      wrk    other    total   vs baseline   stolen
+baseline: axum + one ZRANK                       14.4      5.6      8.7      0.2     28.8         1.00x      0.0
+GET  /v1/events/{{id}}/queue/status                17.6      4.6      8.8      0.7     30.8         8.88x      0.0
+  the same without the protective layers         14.1      4.8      8.4      0.4     27.4         8.88x      0.0
+POST /v1/events/{{id}}/queue (new fan)             18.3      7.7     13.0      0.2     39.0         8.88x      0.0
+
 edge at a fixed rate (50% of the endpoint's saturated rate). In brackets, each round's p99 ratio
 endpoint                                         req/s   p50 ms   p99 ms p99.9 ms  non-2xx   p99 vs base
 GET  /v1/events/{{id}}/queue/status                28562     0.67     2.93     5.59        0         9.99x (1.20 1.70)
@@ -47,7 +54,37 @@ POST /v1/events/{{id}}/queue (new fan)           1210704     4.74    11.85      
 baseline: axum + the join script (EVALSHA)     1210704     4.54    10.28        0         1.71x
 POST /v1/events/{{id}}/queue, vs the script      1210704     4.74    11.85        0         1.04x
   the same without the protective layers       1210704     3.92    21.08        0         0.86x
+
+CPU per request at the fixed rate, µs, median over the rounds
+endpoint                                       server    Redis     both       vs base
+GET  /v1/events/{{id}}/queue/status                21.1      5.5     26.5         7.77x (1.21 1.35)
+POST /v1/events/{{id}}/queue (new fan)             23.7      9.2     32.9         7.77x (1.29 1.24)
 """
+
+# The rows of each endpoint, as `Kind::rows` in gateway/benches/edge.rs
+# prints them: a run with BENCH_KINDS set to one endpoint has only its own.
+STATUS_ROWS = ("baseline: axum + one ZRANK", "GET  /v1/events/{id}/queue/status")
+JOIN_ROWS = ("baseline: axum + one ZADD", "POST /v1/events/{id}/queue", "baseline: axum + the join script")
+
+
+def only(text, dropped):
+    """text without the rows starting with `dropped`, nor the without-layers
+    rows right under them: as a run of the other endpoint alone prints it."""
+    lines, dropping = [], False
+    for line in text.splitlines():
+        if not line.startswith(edge_runs.BARE):
+            dropping = line.startswith(dropped)
+        if not dropping:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def join_only(text):
+    return only(text, STATUS_ROWS)
+
+
+def status_only(text):
+    return only(text, JOIN_ROWS)
 
 
 def run(status=87, join=81, status_p99=1.41, join_p99=1.79):
@@ -84,10 +121,40 @@ class Tables(unittest.TestCase):
         self.assertEqual(pooled[edge_runs.JOIN + " without the layers"], 1.48)
         self.assertEqual(pooled[edge_runs.JOIN_VS_SCRIPT + " without the layers"], 0.86)
 
-    def test_the_per_round_fixed_rate_table_is_not_read(self):
+    def test_the_per_round_and_cpu_tables_are_not_read(self):
         tables = edge_runs.tables(run())
-        self.assertNotIn(9.99, tables[edge_runs.POOLED].values())
-        self.assertNotIn(9.99, tables[edge_runs.SATURATION].values())
+        self.assertEqual(set(tables), {edge_runs.SATURATION, edge_runs.POOLED})
+        for table in tables.values():
+            self.assertFalse({9.99, 8.88, 7.77} & set(table.values()), table)
+
+    def test_a_row_without_the_layers_under_an_unknown_row_is_left_out(self):
+        # Were the join's row renamed in the bench, its without-layers row
+        # must not be taken for the status poll's (the last row known).
+        renamed = run().replace("POST /v1/events/{id}/queue (new fan)", "POST /v1/join")
+        pooled = edge_runs.tables(renamed)[edge_runs.POOLED]
+        self.assertEqual(pooled[edge_runs.STATUS + " without the layers"], 1.35)
+        self.assertNotIn(edge_runs.JOIN + " without the layers", pooled)
+        self.assertNotIn(1.48, pooled.values())
+
+    def test_a_ratio_that_is_not_a_number_is_an_error(self):
+        with self.assertRaises(ValueError):
+            edge_runs.tables(run(join_p99="NaN"))
+
+    def test_one_endpoints_runs_read_only_its_own_rows(self):
+        join = edge_runs.tables(join_only(run()))[edge_runs.POOLED]
+        self.assertEqual(set(join), {edge_runs.JOIN, edge_runs.JOIN + " without the layers",
+                                     edge_runs.SCRIPT, edge_runs.JOIN_VS_SCRIPT,
+                                     edge_runs.JOIN_VS_SCRIPT + " without the layers"})
+        status = edge_runs.tables(status_only(run()))[edge_runs.POOLED]
+        self.assertEqual(status, {edge_runs.STATUS: 1.41, edge_runs.STATUS + " without the layers": 1.35})
+
+    def test_the_labels_and_titles_read_are_the_ones_the_bench_prints(self):
+        bench = (Path(__file__).resolve().parent.parent / "gateway/benches/edge.rs").read_text()
+        for label in (edge_runs.STATUS, edge_runs.JOIN, edge_runs.SCRIPT,
+                      edge_runs.JOIN_VS_SCRIPT, edge_runs.BARE):
+            self.assertIn(f'"{label}"', bench)
+        for title in (edge_runs.SATURATION, edge_runs.POOLED):
+            self.assertIn(f'"\\n{title}', bench)
 
     def test_a_row_without_a_ratio_is_an_error_not_a_zero(self):
         broken = run().replace("{status}% (97 77 87)".format(status=87), "n/a")
@@ -108,17 +175,23 @@ class Summary(unittest.TestCase):
         self.assertIn("<=1.5    1.55     1.29-2.85    2/4  1.79 1.29 1.31 2.85", tail)
 
     def test_an_endpoint_left_out_of_a_run_shows_as_a_dash_and_is_not_counted(self):
-        join_only = "\n".join(
-            line for line in run().splitlines() if "/queue/status" not in line)
-        runs = [edge_runs.tables(run(status=90)), edge_runs.tables(join_only)]
+        runs = [edge_runs.tables(run(status=90)), edge_runs.tables(join_only(run()))]
         line = report_row(edge_runs.summary(runs), "status, % of the ZRANK's rate")
         self.assertTrue(line.endswith("1/1  90 -"), line)
 
     def test_figures_no_run_has_are_left_out(self):
-        join_only = "\n".join(
-            line for line in run().splitlines() if "/queue/status" not in line)
-        lines = edge_runs.summary([edge_runs.tables(join_only)])
-        self.assertFalse([line for line in lines if line.startswith("status")])
+        lines = edge_runs.summary([edge_runs.tables(join_only(run()))])
+        self.assertEqual(len(lines), 2 + 4 + 2, lines)
+        self.assertFalse([line for line in lines if "status" in line or "ZRANK" in line])
+        self.assertEqual(len(edge_runs.summary([edge_runs.tables(status_only(run()))])), 2 + 4)
+
+    def test_a_median_between_two_whole_percentages_keeps_its_half(self):
+        runs = [edge_runs.tables(run(join=j)) for j in (77, 78)]
+        join = report_row(edge_runs.summary(runs), "join, % of the ZADD's rate")
+        self.assertIn(">=80    77.5         77-78    0/2", join)
+        runs = [edge_runs.tables(run(join_p99=p)) for p in (1.34, 1.37)]
+        tail = report_row(edge_runs.summary(runs), "join, p99 / the ZADD's (pooled)")
+        self.assertIn("<=1.5   1.355     1.34-1.37    2/2", tail)
 
 
 class Main(unittest.TestCase):
@@ -126,7 +199,8 @@ class Main(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             good, empty = Path(tmp, "run-1.out"), Path(tmp, "run-2.out")
             good.write_text(run())
-            empty.write_text("wrk: connection refused\n")
+            # The titles without a row the script knows: as good as nothing.
+            empty.write_text(edge_runs.SATURATION + "\nendpoint req/s\nbaseline: x 1 100%\n")
             with self.assertRaises(SystemExit) as refused, quiet():
                 edge_runs.main(["summarize", str(good), str(empty)])
             self.assertIn("run-2.out", str(refused.exception))
