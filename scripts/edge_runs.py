@@ -54,7 +54,7 @@ FIGURES = [
 
 
 def tables(text):
-    """{table title's start: {row label: its last column}} of one run's output.
+    """{table title's start: {row label: its ratio (see `row`)}} of one run's output.
 
     A table starts at a line beginning with a known title and ends at the first
     blank line; a row "the same without the protective layers" is named after
