@@ -114,6 +114,17 @@ def met(value, goal):
     return value >= bound if sign == ">=" else value <= bound
 
 
+def shown(value, percent):
+    """A figure as the report prints it: "-" for none. A median of two
+    figures as the bench prints them (whole percentages, ratios to 0.01) can
+    end in a half, which is kept rather than rounded to even."""
+    if value is None:
+        return "-"
+    if percent:
+        return f"{value:.0f}" if value == round(value) else f"{value:.1f}"
+    return f"{value:.2f}" if value == round(value, 2) else f"{value:.3f}"
+
+
 def summary(runs):
     """The report's lines for runs, each the `tables` of one run's output."""
     lines = [
@@ -127,17 +138,7 @@ def summary(runs):
         if not seen:
             continue
         percent = table == SATURATION
-
-        def show(v):
-            if v is None:
-                return "-"
-            # A median of two figures as the bench prints them (whole
-            # percentages, ratios to 0.01) can end in a half: kept, not
-            # rounded to even.
-            if percent:
-                return f"{v:.0f}" if v == round(v) else f"{v:.1f}"
-            return f"{v:.2f}" if v == round(v, 2) else f"{v:.3f}"
-
+        show = lambda v: shown(v, percent)  # noqa: E731
         goal_text = "" if goal is None else f"{goal[0]}{goal[1]}"
         met_text = "" if goal is None else f"{sum(met(v, goal) for v in seen)}/{len(seen)}"
         spread = f"{show(min(seen))}-{show(max(seen))}"
