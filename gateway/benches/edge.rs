@@ -1340,8 +1340,8 @@ async fn memory(redis: &mut ConnectionManager) {
                     } else {
                         "0"
                     })
-                    .arg(&fan)
-                    .arg(""),
+                    .arg("0")
+                    .arg(&fan),
             )
             .ignore();
         }

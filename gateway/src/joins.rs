@@ -63,7 +63,77 @@ pub struct Join {
     pub sample: bool,
 }
 
-type Answer = Result<String, RedisError>;
+/// What the script did with one fan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// In line at `position` (from 1); `repeat` if it was already.
+    Waiting { position: i64, repeat: bool },
+    /// Admitted, until `expiry_ms`: not queued again.
+    Admitted { expiry_ms: i64 },
+    /// The room is full: not queued.
+    RoomFull,
+}
+
+/// As the script wrote it before a new fan's place was left to the caller:
+/// `waiting 3 0`, `admitted 1764676800000 1`, `room-full 0 0`.
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Waiting { position, repeat } => {
+                write!(f, "waiting {position} {}", u8::from(*repeat))
+            }
+            Outcome::Admitted { expiry_ms } => write!(f, "admitted {expiry_ms} 1"),
+            Outcome::RoomFull => f.write_str("room-full 0 0"),
+        }
+    }
+}
+
+/// The script's reply for `fans` fans read into their outcomes, in their
+/// order (see `join.lua`): the line's length before the call, then a line a
+/// fan. A new fan put last in line has an empty line: its place is that
+/// length counted on by each fan placed, up to and including it. `None` if
+/// the reply is not of that form or not for that many fans.
+pub fn outcomes(reply: &str, fans: usize) -> Option<Vec<Outcome>> {
+    let mut lines = reply.split('\n');
+    let mut placed: i64 = lines.next()?.parse().ok()?;
+    let mut read = Vec::with_capacity(fans);
+    for line in lines {
+        let outcome = if line.is_empty() {
+            placed += 1;
+            Outcome::Waiting {
+                position: placed,
+                repeat: false,
+            }
+        } else {
+            let mut parts = line.split(' ');
+            let (outcome, a, b) = (parts.next()?, parts.next()?, parts.next()?);
+            if parts.next().is_some() {
+                return None;
+            }
+            let a: i64 = a.parse().ok()?;
+            match (outcome, b) {
+                ("waiting", "0") => {
+                    placed += 1;
+                    Outcome::Waiting {
+                        position: a,
+                        repeat: false,
+                    }
+                }
+                ("waiting", "1") => Outcome::Waiting {
+                    position: a,
+                    repeat: true,
+                },
+                ("admitted", "1") => Outcome::Admitted { expiry_ms: a },
+                ("room-full", "0") if a == 0 => Outcome::RoomFull,
+                _ => return None,
+            }
+        };
+        read.push(outcome);
+    }
+    (read.len() == fans).then_some(read)
+}
+
+type Answer = Result<Outcome, RedisError>;
 
 struct Waiting {
     join: Join,
@@ -116,7 +186,7 @@ impl Joins {
         }
     }
 
-    /// Joins one fan: the script's answer for it, `OUTCOME A B`.
+    /// Joins one fan: what the script did with it.
     pub async fn join(self: &Arc<Self>, join: Join) -> Answer {
         let turn = {
             let mut lanes = self.lanes();
@@ -190,18 +260,20 @@ impl Joins {
     async fn call(&self, fans: Vec<Waiting>) {
         let reply = self.call_script(fans.iter().map(|fan| &fan.join)).await;
         match reply {
-            Ok(reply) if reply.split('\n').count() == fans.len() => {
-                for (fan, line) in fans.into_iter().zip(reply.split('\n')) {
-                    // The request may have been given up: nobody to tell.
-                    let _ = fan.answer.send(Ok(line.to_owned()));
+            Ok(reply) => match outcomes(&reply, fans.len()) {
+                Some(outcomes) => {
+                    for (fan, outcome) in fans.into_iter().zip(outcomes) {
+                        // The request may have been given up: nobody to tell.
+                        let _ = fan.answer.send(Ok(outcome));
+                    }
                 }
-            }
-            Ok(reply) => {
-                let error = another_number(fans.len(), &reply);
-                for fan in fans {
-                    let _ = fan.answer.send(Err(error()));
+                None => {
+                    let error = unreadable(fans.len(), &reply);
+                    for fan in fans {
+                        let _ = fan.answer.send(Err(error()));
+                    }
                 }
-            }
+            },
             Err(error) => {
                 for fan in fans {
                     let _ = fan.answer.send(Err(RedisError::from((
@@ -214,16 +286,17 @@ impl Joins {
         }
     }
 
-    /// One call of the script for one fan: its answer as the script gave it.
+    /// One call of the script for one join: its outcome.
     async fn call_one(&self, join: &Join) -> Answer {
-        match self.call_script(std::iter::once(join)).await {
-            Ok(reply) if reply.contains('\n') => Err(another_number(1, &reply)()),
-            answer => answer,
+        let reply = self.call_script(std::iter::once(join)).await?;
+        match outcomes(&reply, 1).as_deref() {
+            Some(&[outcome]) => Ok(outcome),
+            _ => Err(unreadable(1, &reply)()),
         }
     }
 
-    /// One call of the script for `joins`, all of one event: its reply, a
-    /// line a join, in their order.
+    /// One call of the script for `joins`, all of one event: its reply
+    /// (see [`outcomes`]).
     async fn call_script<'a>(
         &self,
         joins: impl Iterator<Item = &'a Join> + Clone,
@@ -254,7 +327,10 @@ impl Joins {
             .clone()
             .map(|join| join.fan_id.len() + join.prequeue_score.len())
             .sum::<usize>();
-        let mut call = redis::Cmd::with_capacity(10 + 2 * fans, 512 + bytes);
+        // Each fan's prequeue score, after the ids, only while the line is
+        // not open for one of them: from opening, a fan is its id alone.
+        let prequeue = joins.clone().any(|join| !join.prequeue_score.is_empty());
+        let mut call = redis::Cmd::with_capacity(11 + 2 * fans, 512 + bytes);
         call.arg("EVALSHA")
             .arg(self.script.get_hash())
             .arg(4)
@@ -268,9 +344,15 @@ impl Joins {
                 "1"
             } else {
                 "0"
-            });
-        for join in joins {
-            call.arg(&join.fan_id).arg(&join.prequeue_score);
+            })
+            .arg(if prequeue { "1" } else { "0" });
+        for join in joins.clone() {
+            call.arg(&join.fan_id);
+        }
+        if prequeue {
+            for join in joins {
+                call.arg(&join.prequeue_score);
+            }
         }
         let mut redis = self.redis.clone();
         match call.query_async(&mut redis).await {
@@ -285,18 +367,15 @@ impl Joins {
     }
 }
 
-/// The script answered another number of lines than it was given fans (a
-/// bug): logged once a call, and the error each fan gets.
-fn another_number(fans: usize, reply: &str) -> impl Fn() -> RedisError {
-    tracing::error!(
-        fans,
-        %reply,
-        "the join script answered another number of fans"
-    );
+/// The script's reply could not be read for its fans (another number of
+/// lines, an outcome it does not give: a bug): logged once a call, and the
+/// error each fan gets.
+fn unreadable(fans: usize, reply: &str) -> impl Fn() -> RedisError {
+    tracing::error!(fans, %reply, "the join script answered something unexpected");
     || {
         RedisError::from((
             ErrorKind::ResponseError,
-            "the join script answered another number of fans",
+            "the join script answered something unexpected",
         ))
     }
 }
@@ -433,6 +512,62 @@ mod tests {
         lane.waiting.extend(batch);
         assert!(lane.next_batch().is_empty());
         assert!(lane.waiting.is_empty());
+    }
+
+    /// A new FIFO fan's place is the line's length before the call counted
+    /// on by every fan placed up to it, prequeue places included; a repeat,
+    /// an admitted fan and a full room count for nothing.
+    #[test]
+    fn a_new_fans_place_is_counted_from_the_lines_length() {
+        let waiting = |position, repeat| Outcome::Waiting { position, repeat };
+        assert_eq!(outcomes("7\n", 1), Some(vec![waiting(8, false)]));
+        assert_eq!(
+            outcomes(
+                "2\n\nwaiting 1 1\nadmitted 1764676800000 1\nwaiting 1 0\n\nroom-full 0 0\n",
+                7
+            ),
+            Some(vec![
+                waiting(3, false),
+                waiting(1, true),
+                Outcome::Admitted {
+                    expiry_ms: 1_764_676_800_000
+                },
+                waiting(1, false),
+                waiting(5, false),
+                Outcome::RoomFull,
+                waiting(6, false),
+            ])
+        );
+        for outcome in outcomes(
+            "0\nwaiting 4 1\nadmitted 9 1\nroom-full 0 0\nwaiting 2 0",
+            4,
+        )
+        .unwrap()
+        {
+            assert_eq!(outcomes(&format!("0\n{outcome}"), 1), Some(vec![outcome]));
+        }
+    }
+
+    #[test]
+    fn the_scripts_reply_is_read_whole_or_not_at_all() {
+        for (reply, fans) in [
+            ("0\n", 2),
+            ("0\n\n", 1),
+            ("", 0),
+            ("", 1),
+            ("x\n", 1),
+            ("0\nwaiting 5", 1),
+            ("0\nwaiting 5 0 1", 1),
+            ("0\nwaiting five 0", 1),
+            ("0\nwaiting  5 0", 1),
+            ("0\nwaiting 5 2", 1),
+            ("0\nadmitted 5 0", 1),
+            ("0\nroom-full 1 0", 1),
+            ("0\nqueued 5 0", 1),
+        ] {
+            assert_eq!(outcomes(reply, fans), None, "{reply:?} for {fans}");
+        }
+        assert_eq!(outcomes("0", 0), Some(vec![]));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use utoipa_axum::routes;
 
 use crate::cache::EdgeEvent;
 use crate::events::unknown_event;
-use crate::joins::Join;
+use crate::joins::{Join, Outcome};
 use crate::{pow, redis_down, AppState};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -346,7 +346,7 @@ async fn join(
         String::new()
     };
     let sample = prequeue_score.is_empty() && state.events.take_sample(&event_id, now);
-    let reply = state
+    let outcome = state
         .joins
         .join(Join {
             keys,
@@ -358,22 +358,23 @@ async fn join(
         })
         .await
         .map_err(redis_down)?;
-    let (outcome, a, b) = join_outcome(&reply);
     let (status, position) = match outcome {
-        "waiting" if b == 0 => (StatusCode::CREATED, a),
-        "waiting" => (StatusCode::OK, a),
-        "admitted" => (StatusCode::OK, 0),
-        "room-full" => {
+        Outcome::Waiting {
+            position,
+            repeat: false,
+        } => (StatusCode::CREATED, position),
+        Outcome::Waiting {
+            position,
+            repeat: true,
+        } => (StatusCode::OK, position),
+        Outcome::Admitted { .. } => (StatusCode::OK, 0),
+        Outcome::RoomFull => {
             return Err(Problem::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "room-full",
                 "the waiting room is full",
             )
             .retry_after(30))
-        }
-        other => {
-            tracing::error!(outcome = other, "join script answered something unexpected");
-            return Err(Problem::internal());
         }
     };
     let ticket = Claims::new(
@@ -421,19 +422,6 @@ fn json_response(status: StatusCode, json: Vec<u8>, retry_after_s: u64) -> Respo
     headers.insert(header::CONTENT_LENGTH, length);
     headers.insert(header::RETRY_AFTER, header_number(retry_after_s));
     response
-}
-
-/// The join script's answer, `OUTCOME A B`; an outcome of its own (refused
-/// as unexpected) if it is not of that form.
-fn join_outcome(reply: &str) -> (&str, i64, i64) {
-    let mut parts = reply.split(' ');
-    let parsed = (|| {
-        let outcome = parts.next()?;
-        let a = parts.next()?.parse().ok()?;
-        let b = parts.next()?.parse().ok()?;
-        parts.next().is_none().then_some((outcome, a, b))
-    })();
-    parsed.unwrap_or((reply, 0, 0))
 }
 
 impl Joined {
@@ -615,25 +603,6 @@ async fn status(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_join_scripts_answer_is_read_whole_or_not_at_all() {
-        assert_eq!(join_outcome("waiting 5 1"), ("waiting", 5, 1));
-        assert_eq!(
-            join_outcome("admitted 1764676800000 1"),
-            ("admitted", 1_764_676_800_000, 1)
-        );
-        assert_eq!(join_outcome("room-full 0 0"), ("room-full", 0, 0));
-        for malformed in [
-            "waiting 5",
-            "waiting 5 0 1",
-            "waiting five 0",
-            "",
-            "waiting  5 0",
-        ] {
-            assert_eq!(join_outcome(malformed), (malformed, 0, 0));
-        }
-    }
 
     /// The join's answer written by hand is what `serde_json` writes, for
     /// a real ticket and for a "ticket" JSON would escape.

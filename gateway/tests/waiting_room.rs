@@ -374,14 +374,25 @@ async fn one_call_of_the_join_script_answers_each_fan_as_if_alone() {
             .key(keys.joins())
             .arg(now)
             .arg(max_queue)
+            .arg("1")
             .arg("1");
-        for (fan, prequeue) in fans {
-            invocation.arg(*fan).arg(*prequeue);
+        for (fan, _) in fans {
+            invocation.arg(*fan);
+        }
+        for (_, prequeue) in fans {
+            invocation.arg(*prequeue);
         }
         let mut redis = caller.clone();
+        let count = fans.len();
         async move {
             let reply: String = invocation.invoke_async(&mut redis).await.unwrap();
-            reply.lines().map(str::to_owned).collect::<Vec<_>>()
+            // Each fan's outcome as the gateway reads it, written as the
+            // script once wrote it (`waiting 3 0`).
+            gateway::joins::outcomes(&reply, count)
+                .unwrap_or_else(|| panic!("an unreadable reply: {reply:?}"))
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
         }
     };
     assert_eq!(
@@ -524,7 +535,7 @@ async fn while_redis_stalls_the_waiting_joins_are_bounded_and_given_up_ones_are_
         if i < IN_FLIGHT && answer.is_err() {
             continue;
         }
-        let answer = answer.unwrap();
+        let answer = answer.unwrap().to_string();
         assert!(answer.starts_with("waiting "), "{answer}");
     }
     let queued: usize = redis.zcard(keys.queue()).await.unwrap();
@@ -569,6 +580,7 @@ async fn a_lone_join_calls_in_its_own_task_and_hands_on_the_joins_behind_it_if_g
         .await
         .unwrap()
         .unwrap()
+        .to_string()
         .starts_with("waiting 1 "));
     let tasks = || {
         tokio::runtime::Handle::current()
@@ -607,7 +619,7 @@ async fn a_lone_join_calls_in_its_own_task_and_hands_on_the_joins_behind_it_if_g
         .unwrap()
         .unwrap();
     // Redis ran the given-up joins' calls too: they were sent.
-    assert_eq!(answer, format!("waiting {} 0", IN_FLIGHT + 2));
+    assert_eq!(answer.to_string(), format!("waiting {} 0", IN_FLIGHT + 2));
     let queued: usize = redis.zcard(keys.queue()).await.unwrap();
     assert_eq!(queued, IN_FLIGHT + 2);
 }
@@ -638,7 +650,7 @@ async fn a_join_after_redis_lost_the_script_loads_it_and_is_answered() {
             .query_async(&mut redis)
             .await
             .unwrap();
-        let answer = joins.join(join(fan)).await.unwrap();
+        let answer = joins.join(join(fan)).await.unwrap().to_string();
         assert!(
             answer.starts_with(&format!("waiting {} ", i + 1)),
             "{answer}"
@@ -680,7 +692,7 @@ async fn joins_for_two_events_at_once_each_get_a_place_in_their_own_line() {
     let mut places = [Vec::new(), Vec::new()];
     for task in tasks {
         let (event, answer) = task.await.unwrap();
-        let answer = answer.unwrap();
+        let answer = answer.unwrap().to_string();
         let place: u64 = answer
             .strip_prefix("waiting ")
             .and_then(|rest| rest.strip_suffix(" 0"))

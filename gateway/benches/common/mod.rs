@@ -154,8 +154,8 @@ pub fn script_baseline(redis: ConnectionManager, prefix: &str) -> Router {
                         .arg(now_ms())
                         .arg(100_000_000u64)
                         .arg("0")
+                        .arg("0")
                         .arg(&fan.fan_id)
-                        .arg("")
                         .invoke_async(&mut redis)
                         .await
                         .unwrap_or_default();
