@@ -37,11 +37,16 @@ instructions() {
   redis-cli -p "$port" eval "for i = 1, 100000, 1000 do local a = {}
     for j = i, i + 999 do a[#a + 1] = j; a[#a + 1] = 'filler-' .. j end
     redis.call('ZADD', KEYS[1], unpack(a)) end" 1 q >/dev/null
-  redis-cli -p "$port" script load "$(cat gateway/src/join.lua)" >/dev/null
+  redis-cli -p "$port" -x script load <gateway/src/join.lua >/dev/null
   redis-benchmark -p "$port" -n 500 -c 1 -r 100000000 -q "$@" >/dev/null
-  callgrind_control -z "$valgrind_pid" >/dev/null
+  callgrind_control -z "$valgrind_pid" >/dev/null 2>&1
   redis-benchmark -p "$port" -n "$N" -c 1 -r 100000000 -q "$@" >/dev/null
-  callgrind_control -d "$valgrind_pid" >/dev/null
+  callgrind_control -d "$valgrind_pid" >/dev/null 2>&1
+  # redis-benchmark goes on past an error answer: none may have come.
+  if redis-cli -p "$port" info errorstats | grep -q '^errorstat_'; then
+    redis-cli -p "$port" info errorstats >&2
+    exit 1
+  fi
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
   wait "$valgrind_pid" 2>/dev/null || true
   valgrind_pid=
