@@ -18,9 +18,10 @@
 -- Order: during prequeue the score is the fan's place in the seeded shuffle
 -- (below 2^48); from opening it is 2^48 + join sequence, strictly FIFO behind
 -- every prequeue fan, so a new FIFO fan is always last in line.
--- Cost: Lua's own is most of a script's (about 65,000 instructions of Redis a
--- call, against 10,700 for a whole bare ZADD, in callgrind), and a new fan's
--- share of it is mostly the strings and tables it makes. So the fans are
+-- Cost: Lua's own is most of a script's (about 64,000 instructions of Redis a
+-- call and 13,000 a new fan, against 10,400-10,900 for a whole bare ZADD:
+-- scripts/join_script_cost.sh), and a new fan's share is mostly the strings
+-- and tables it makes. So the fans are
 -- looked up by two ZMSCOREs and the new FIFO fans numbered by one INCRBY and
 -- added by one ZADD, however many come in a call; a new FIFO fan, the
 -- crowd's usual join, gets no answer string of its own; and numbers are

@@ -15,11 +15,10 @@
 //! Why: Redis is one thread for the whole of an event's line, so the join
 //! script's cost there is the ceiling of joins a second of one event, however
 //! many gateways there are. Most of that cost is Lua's own (the call and each
-//! `redis.call` in it), not the sorted set's. On a 2-core AMD EPYC VM
-//! (`redis-benchmark -c 50`, Redis 7.0.15, its CPU time over the fans
-//! queued; BENCHMARKS.md has the command): 8.7-9.0 µs of Redis CPU a fan in
-//! calls of one, 3.9-4.5 in calls of 8, 2.8-2.9 in calls of 32 and 2.5-2.7
-//! in calls of 64, against 3.1-3.3 for a bare `ZADD`.
+//! `redis.call` in it), not the sorted set's: Redis 7.0.15 spends about
+//! 78,000 instructions on a call of one new fan, 25,500 a fan in calls of 6
+//! and 17,400 in calls of 16, against 10,400-10,900 for a whole bare `ZADD`
+//! (`scripts/join_script_cost.sh`, callgrind, network handling included).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
