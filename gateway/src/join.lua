@@ -21,12 +21,12 @@
 -- Cost: Lua's own is most of a script's (about 64,000 instructions of Redis a
 -- call and 13,000 a new fan, against 10,400-10,900 for a whole bare ZADD:
 -- scripts/join_script_cost.sh), and a new fan's share is mostly the strings
--- and tables it makes. So the fans are
--- looked up by two ZMSCOREs and the new FIFO fans numbered by one INCRBY and
--- added by one ZADD, however many come in a call; a new FIFO fan, the
--- crowd's usual join, gets no answer string of its own; and numbers are
--- written with '%d' (an integer's digits), not as floats ('%.0f', or Lua's
--- own tostring), whose formatting is glibc's costliest path.
+-- and tables it makes. So the fans are looked up by two ZMSCOREs and the new
+-- FIFO fans numbered by one INCRBY and added by one ZADD, however many come
+-- in a call; a new FIFO fan, the crowd's usual join, gets no answer string of
+-- its own; and numbers are written with '%d' (an integer's digits), not as
+-- floats ('%.0f', or Lua's own tostring), whose formatting is glibc's
+-- costliest path.
 local now, max_queue = tonumber(ARGV[1]), tonumber(ARGV[2])
 local prequeue = ARGV[4] == '1'
 local n = prequeue and (#ARGV - 4) / 2 or #ARGV - 4
