@@ -19,7 +19,7 @@
 -- (below 2^48); from opening it is 2^48 + join sequence, strictly FIFO behind
 -- every prequeue fan, so a new FIFO fan is always last in line.
 -- Cost: Lua's own is most of a script's (about 64,000 instructions of Redis a
--- call and 13,000 a new fan, against 10,400-10,900 for a whole bare ZADD:
+-- call and 13,400 a new fan, against 10,400-10,900 for a whole bare ZADD:
 -- scripts/join_script_cost.sh), and a new fan's share is mostly the strings
 -- and tables it makes. So the fans are looked up by two ZMSCOREs and the new
 -- FIFO fans numbered by one INCRBY and added by one ZADD, however many come
@@ -57,7 +57,7 @@ for i = 1, n do
     add_waiting()
     answers[i] = string.format('waiting %d 1', redis.call('ZRANK', KEYS[1], fan) + 1)
   elseif expiry and tonumber(expiry) > now then
-    answers[i] = 'admitted ' .. expiry .. ' 1'
+    answers[i] = string.format('admitted %d 1', expiry)
   elseif queued >= max_queue then
     answers[i] = 'room-full 0 0'
   elseif prequeue and ARGV[4 + n + i] ~= '' then

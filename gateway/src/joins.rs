@@ -300,7 +300,7 @@ impl Joins {
         &self,
         joins: impl Iterator<Item = &'a Join> + Clone,
     ) -> Result<String, RedisError> {
-        let Some(first) = joins.clone().next() else {
+        let Some(call) = script_call(self.script.get_hash(), joins.clone()) else {
             return Ok(String::new());
         };
         self.calls.fetch_add(1, Ordering::Relaxed);
@@ -315,44 +315,6 @@ impl Joins {
         calls.increment(1);
         let fans = joins.clone().count();
         fans_sent.increment(fans as u64);
-        let now_ms = joins.clone().map(|join| join.now_ms).max();
-        // EVALSHA written straight into one command, as `Script`'s
-        // invocation would send it, without its copy of every key and
-        // argument in a `Vec` of their own first; and sized once, not
-        // grown a piece at a time (about 1,700 instructions of a lone
-        // join's 73,000, in callgrind, built with cargo's default release
-        // profile).
-        let bytes = joins
-            .clone()
-            .map(|join| join.fan_id.len() + join.prequeue_score.len())
-            .sum::<usize>();
-        // Each fan's prequeue score, after the ids, only while the line is
-        // not open for one of them: from opening, a fan is its id alone.
-        let prequeue = joins.clone().any(|join| !join.prequeue_score.is_empty());
-        let mut call = redis::Cmd::with_capacity(11 + 2 * fans, 512 + bytes);
-        call.arg("EVALSHA")
-            .arg(self.script.get_hash())
-            .arg(4)
-            .arg(first.keys.queue_arg())
-            .arg(first.keys.seq_arg())
-            .arg(first.keys.active_arg())
-            .arg(first.keys.joins_arg())
-            .arg(now_ms.unwrap_or(first.now_ms))
-            .arg(first.max_queue)
-            .arg(if joins.clone().any(|join| join.sample) {
-                "1"
-            } else {
-                "0"
-            })
-            .arg(if prequeue { "1" } else { "0" });
-        for join in joins.clone() {
-            call.arg(&join.fan_id);
-        }
-        if prequeue {
-            for join in joins {
-                call.arg(&join.prequeue_score);
-            }
-        }
         let mut redis = self.redis.clone();
         match call.query_async(&mut redis).await {
             // Redis restarted or its scripts were flushed: load it and
@@ -364,6 +326,58 @@ impl Joins {
             answer => answer,
         }
     }
+}
+
+/// The call of the script (`EVALSHA` of `hash`) for `joins`, all of one
+/// event, the first of them at least: its keys, then `now` (the latest of
+/// theirs), the first's `max_queue`, the sample flag (set if any asks), the
+/// prequeue flag and the ids, then the prequeue scores if one of them has
+/// one (see `join.lua`); `None` for no joins.
+fn script_call<'a>(
+    hash: &str,
+    joins: impl Iterator<Item = &'a Join> + Clone,
+) -> Option<redis::Cmd> {
+    let mut all = joins.clone();
+    let first = all.next()?;
+    let fans = 1 + all.count();
+    let now_ms = joins.clone().map(|join| join.now_ms).max();
+    // EVALSHA written straight into one command, as `Script`'s invocation
+    // would send it, without its copy of every key and argument in a `Vec`
+    // of their own first; and sized once, not grown a piece at a time
+    // (about 1,700 instructions of a lone join's 73,000, in callgrind, built
+    // with cargo's default release profile).
+    let bytes = joins
+        .clone()
+        .map(|join| join.fan_id.len() + join.prequeue_score.len())
+        .sum::<usize>();
+    // Each fan's prequeue score, after the ids, only while the line is not
+    // open for one of them: from opening, a fan is its id alone.
+    let prequeue = joins.clone().any(|join| !join.prequeue_score.is_empty());
+    let mut call = redis::Cmd::with_capacity(11 + 2 * fans, 512 + bytes);
+    call.arg("EVALSHA")
+        .arg(hash)
+        .arg(4)
+        .arg(first.keys.queue_arg())
+        .arg(first.keys.seq_arg())
+        .arg(first.keys.active_arg())
+        .arg(first.keys.joins_arg())
+        .arg(now_ms.unwrap_or(first.now_ms))
+        .arg(first.max_queue)
+        .arg(if joins.clone().any(|join| join.sample) {
+            "1"
+        } else {
+            "0"
+        })
+        .arg(if prequeue { "1" } else { "0" });
+    for join in joins.clone() {
+        call.arg(&join.fan_id);
+    }
+    if prequeue {
+        for join in joins {
+            call.arg(&join.prequeue_score);
+        }
+    }
+    Some(call)
 }
 
 /// The script's reply could not be read for its fans (another number of
@@ -566,7 +580,45 @@ mod tests {
         ] {
             assert_eq!(outcomes(reply, fans), None, "{reply:?} for {fans}");
         }
-        assert_eq!(outcomes("0", 0), Some(vec![]));
+    }
+
+    /// The call's arguments after its keys, as text.
+    fn arguments(call: &redis::Cmd) -> Vec<String> {
+        call.args_iter()
+            .skip(7)
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                redis::Arg::Cursor => unreachable!("no cursor"),
+            })
+            .collect()
+    }
+
+    /// The ids go together, then the prequeue scores, all of them, if one
+    /// fan of the call has one, whichever; none once the line is open.
+    #[test]
+    fn a_call_sends_the_prequeue_scores_if_one_fan_has_one() {
+        let join = |fan: &str, now_ms, prequeue: &str, sample| Join {
+            keys: EventKeys::new("p", "e"),
+            fan_id: fan.to_owned(),
+            now_ms,
+            max_queue: 10,
+            prequeue_score: prequeue.to_owned(),
+            sample,
+        };
+        let mixed = [
+            join("a", 5, "", false),
+            join("b", 7, "42", true),
+            join("c", 6, "", false),
+        ];
+        let call = script_call("sha", mixed.iter()).unwrap();
+        assert_eq!(
+            arguments(&call),
+            ["7", "10", "1", "1", "a", "b", "c", "", "42", ""]
+        );
+        let open = [join("a", 5, "", false), join("b", 4, "", false)];
+        let call = script_call("sha", open.iter()).unwrap();
+        assert_eq!(arguments(&call), ["5", "10", "0", "0", "a", "b"]);
+        assert!(script_call("sha", [].iter()).is_none());
     }
 
     #[test]
