@@ -5,7 +5,7 @@
 # member (the edge benchmark's baseline for the join): a Redis of its own
 # under valgrind's callgrind, fed by redis-benchmark over one connection.
 # Instructions, unlike Redis's CPU time, come out the same on a busy machine:
-# the script's figures within 0.2 % run to run here, the bare ZADD's within
+# the script's figures within 0.3 % run to run here, the bare ZADD's within
 # about 5 % (its random members' lengths and skip-list levels).
 #
 #   scripts/join_script_cost.sh [CALLS]     # default 2000 calls a figure
