@@ -4,7 +4,7 @@
 # benchmark's fixed rate puts in a call), against a bare ZADD of one new
 # member (the edge benchmark's baseline for the join): a Redis of its own
 # under valgrind's callgrind, fed by redis-benchmark over one connection.
-# Instructions, unlike Redis's CPU time, come out the same on a busy machine:
+# Instructions, unlike Redis's CPU time, come out nearly the same on a busy machine:
 # the script's figures within 0.3 % run to run here, the bare ZADD's within
 # about 5 % (its random members' lengths and skip-list levels).
 #
