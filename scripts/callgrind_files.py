@@ -29,8 +29,8 @@ import sys
 from collections import Counter
 
 # Which namespace of compressed names each specification uses.
-FILE_SPECS = ("fl", "fi", "fe", "cfi", "cfl")
-FUNCTION_SPECS = ("fn", "cfn")
+FILE_SPECS = ("fl", "fi", "fe", "cfi", "cfl", "jfi")
+FUNCTION_SPECS = ("fn", "cfn", "jfn")
 OBJECT_SPECS = ("ob", "cob")
 NAME = re.compile(r"\((\d+)\)(?: (.*))?$")
 
@@ -110,7 +110,8 @@ def main(argv=None):
     rows = sorted(files, key=lambda k: (-(costs[k] - base[k]), k))
     total = sum(costs.values()) - sum(base.values())
     what = "over the second dump" if args.minus else "in all"
-    print(f"instructions {what}, a {'request' if args.per > 1 else 'run'}: {total / args.per:,.0f}")
+    per = f", over {args.per:,}" if args.per > 1 else ""
+    print(f"instructions {what}{per}: {total / args.per:,.0f}")
     header = ("difference", "first", "second") if args.minus else ("instructions",)
     print(" ".join(f"{h:>12}" for h in header) + "  file")
     for k in rows[: args.top]:

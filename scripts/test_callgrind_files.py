@@ -32,7 +32,7 @@ fi=(2) http/src/header/map.rs
 +2 30
 * 7
 fe=(1)
-12 3
+-1 3
 cob=(2) /lib/libc.so.6
 cfi=(3) memmove.S
 cfn=(2) memcpy
@@ -66,9 +66,18 @@ class ByFile(unittest.TestCase):
     def test_the_first_event_after_every_position_column_is_read(self):
         text = DUMP.replace("positions: line", "positions: instr line")
         for old, new in [("10 5", "0x10 10 5"), ("+2 30", "+4 +2 30"), ("* 7", "+1 * 7"),
-                         ("12 3", "0x20 12 3"), ("13 100", "0x24 13 100"), ("14 1", "+2 14 1"),
+                         ("-1 3", "0x20 -1 3"), ("13 100", "0x24 13 100"), ("14 1", "+2 14 1"),
                          ("0 100", "0x90 0 100"), ("20 4", "0x40 20 4")]:
             text = text.replace(old, new, 1)
+        self.assertEqual(costs(text), costs(DUMP))
+
+    def test_a_new_function_is_back_in_its_own_file_after_inlined_code(self):
+        # fn= after fi=: the lines that follow are the function's file's again.
+        text = DUMP.replace("fe=(1)\n", "fn=(3) next\n")
+        self.assertEqual(costs(text)["src/edge.rs"], 5 + 3 + 1)
+
+    def test_a_file_first_named_by_a_jump_is_known_by_its_number_after(self):
+        text = DUMP.replace("fi=(2) http/src/header/map.rs", "jfi=(2) http/src/header/map.rs\nfi=(2)")
         self.assertEqual(costs(text), costs(DUMP))
 
     def test_a_name_defined_for_functions_does_not_rename_a_file_of_the_same_id(self):
@@ -92,7 +101,7 @@ class Main(unittest.TestCase):
             second.write_text(DUMP.replace("+2 30", "+2 0").replace("20 4", "20 0"))
             out = self.run_main(str(first), "--minus", str(second), "--per", "2")
         lines = out.splitlines()
-        self.assertEqual(lines[0], "instructions over the second dump, a request: 17")
+        self.assertEqual(lines[0], "instructions over the second dump, over 2: 17")
         self.assertEqual(lines[2].split(), ["17", "20", "4", "http/src/header/map.rs"])
 
     def test_a_registry_path_is_shortened(self):
