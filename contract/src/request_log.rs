@@ -177,6 +177,18 @@ pub fn route() -> Option<MatchedPath> {
     current(|request| request.and_then(RequestLog::route).cloned())
 }
 
+/// This thread's current request's id, if there is a request and it has
+/// one: what a handler sends on to the services it calls (the gateway's
+/// edge keeps an id it made here only, not in the request's headers).
+pub fn request_id() -> Option<String> {
+    current(|request| {
+        request
+            .map(|request| &request.text[request.path_len..])
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+    })
+}
+
 /// `f` of this thread's current request, if any.
 fn current<R>(f: impl FnOnce(Option<&RequestLog>) -> R) -> R {
     let mut f = Some(f);

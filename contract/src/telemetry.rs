@@ -308,7 +308,14 @@ where
     }
 
     fn call(&mut self, mut request: Request) -> Self::Future {
-        let (observation, log) = Observation::begin(self.service, &mut request);
+        let request_id = request.headers().get(&X_REQUEST_ID);
+        let (observation, log) = Observation::begin(
+            self.service,
+            &request,
+            request_id.and_then(|v| v.to_str().ok()).unwrap_or(""),
+            Instant::now(),
+        );
+        request.extensions_mut().insert(observation.trace());
         // The layers below do their first part here, in `call`: with the
         // request current too.
         let mut log = Some(log);
@@ -360,8 +367,14 @@ where
     }
 }
 
-/// One request's telemetry, from when it comes to when it is answered.
-struct Observation {
+/// One request's telemetry, from when it comes to when it is answered:
+/// what [`Traced`] keeps for a request, for a layer that does its work
+/// itself (the gateway's edge, which does it in the same service as its
+/// limits, so that a request's future is not moved through one future per
+/// layer). [`Observation::begin`] it, call the routes and poll their answer
+/// with its [`RequestLog`] current ([`with_request`]), and
+/// [`Observation::finish`] the answer, still current.
+pub struct Observation {
     started: Instant,
     cx: TraceContext,
     matched: Option<MatchedPath>,
@@ -371,27 +384,27 @@ struct Observation {
 }
 
 impl Observation {
-    /// The request's span and trace context (put in its extensions), and
-    /// its exported span if `service` exports them; with what its log lines
-    /// say of it.
-    fn begin(service: Option<&'static str>, request: &mut Request) -> (Self, RequestLog) {
-        let started = Instant::now();
+    /// The request's span and trace context (for its extensions:
+    /// [`Observation::trace`]), and its exported span if `service` exports
+    /// them; with what its log lines say of it (`request_id` among them).
+    /// Its time is counted from `started`.
+    pub fn begin(
+        service: Option<&'static str>,
+        request: &Request,
+        request_id: &str,
+        started: Instant,
+    ) -> (Self, RequestLog) {
         let (cx, parent) = TraceContext::span_under(
             request
                 .headers()
                 .get(&TRACEPARENT_HEADER)
                 .and_then(|v| v.to_str().ok()),
         );
-        request.extensions_mut().insert(cx);
         let matched = request.extensions().get::<MatchedPath>().cloned();
         let log = RequestLog::new(
             request.method().clone(),
             request.uri().path(),
-            request
-                .headers()
-                .get(&X_REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
+            request_id,
             cx,
             parent,
         );
@@ -441,9 +454,15 @@ impl Observation {
         (observation, log)
     }
 
+    /// The request's trace context: what its handlers send downstream.
+    pub fn trace(&self) -> TraceContext {
+        self.cx
+    }
+
     /// Counts and times the answer, ends the exported span and sends the
-    /// trace context back with the answer.
-    fn finish(self, mut response: Response) -> Response {
+    /// trace context back with the answer. Called with the request current
+    /// ([`with_request`]): the route it took may be known only there.
+    pub fn finish(self, mut response: Response) -> Response {
         let Self {
             started,
             cx,

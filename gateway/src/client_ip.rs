@@ -75,7 +75,9 @@ fn hops_nearest_first(
         .iter()
         .rev()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.rsplit(','))
+        // Not the `char` alone: its pattern searches with `memrchr`, whose
+        // setup costs more than a header's few bytes.
+        .flat_map(|v| v.rsplit([',']))
         .map(move |element| match header {
             ForwardedHeader::XForwardedFor => hop(element),
             // An element without `for=` names no client: unreadable.
@@ -108,14 +110,25 @@ impl ClientIp {
         let canonical = ip.to_canonical();
         self.trusted
             .iter()
-            .any(|net| net.contains(&ip) || net.contains(&canonical))
+            .any(|net| net.contains(&canonical) || (canonical != ip && net.contains(&ip)))
     }
 
     /// The key of the client behind `peer`.
     pub fn of(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        self.behind(peer, headers).0
+    }
+
+    /// The key of the client behind `peer`, and whether `peer` is a
+    /// trusted proxy.
+    pub fn behind(&self, peer: IpAddr, headers: &HeaderMap) -> (IpAddr, bool) {
         if !self.is_trusted(peer) {
-            return key(peer);
+            return (key(peer), false);
         }
+        (self.past_proxies(peer, headers), true)
+    }
+
+    /// The client behind `peer`, a trusted proxy.
+    fn past_proxies(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         // From the nearest hop outwards, past our own proxies.
         let mut client = peer;
         for hop in hops_nearest_first(headers, self.header) {

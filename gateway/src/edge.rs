@@ -1,4 +1,4 @@
-//! The gateway's protective layers, outermost first:
+//! The gateway's protective layers, in the order a request meets them:
 //!
 //! 1. request id, client and trace: every request gets an `x-request-id` (or
 //!    keeps the caller's), echoed in the answer; its client address is found
@@ -7,28 +7,31 @@
 //!    or the `traceparent` of a trusted proxy: a client's own is dropped, so
 //!    it can neither choose trace ids nor turn sampling off for its
 //!    requests); both are recorded on the request's log
-//!    span (`request_id`, `trace_id`) and sent on to the order service. The
-//!    span's layer counts `boxoffice_http_requests_total{route,status}` and
+//!    span (`request_id`, `trace_id`) and sent on to the order service. Its
+//!    telemetry counts `boxoffice_http_requests_total{route,status}` and
 //!    times `boxoffice_http_request_duration_seconds`, so answers of the
 //!    layers below are counted too: under `route="unmatched"` when given
 //!    before the router matched a route (429, a shed 503), under the route
 //!    after (a passed deadline's 503; `telemetry::MarkRoute` on the routes
 //!    tells the request which it took);
-//! 2. per-IP rate limit (`tower_governor`, keyed by [`crate::client_ip`]):
-//!    past the quota, 429 `rate-limited` with `Retry-After`, before any work
-//!    is done; addresses back to a full quota are forgotten every 5 s;
-//! 3. places, in one layer: one address has at most `per_client_in_flight`
-//!    requests in flight (429 past it), so trickled bodies from one address
-//!    cannot take the global places; and at most `max_in_flight` requests
-//!    are handled at once (load shedding: the next gets 503 `overloaded`
-//!    with `Retry-After` at once instead of queueing);
-//! 4. a deadline for the whole request: 503 `overloaded` when it passes;
+//! 2. places: one address has at most `per_client_in_flight` requests in
+//!    flight (429 past it), so trickled bodies from one address cannot take
+//!    the global places; and at most `max_in_flight` requests are handled at
+//!    once (load shedding: the next gets 503 `overloaded` with `Retry-After`
+//!    at once instead of queueing);
+//! 3. a deadline for the whole request: 503 `overloaded` when it passes;
+//! 4. per-IP rate limit (`tower_governor`, keyed by [`crate::client_ip`]):
+//!    past the quota, 429 `rate-limited` with `Retry-After`, before the
+//!    routes do any work; addresses back to a full quota are forgotten every
+//!    5 s;
 //! 5. a body limit (larger bodies are 413 `payload-too-large`) and a body
 //!    read timeout per part.
 //!
-//! `/healthz`, `/readyz` and `/metrics` go around all of them. Headers must
-//! arrive within `header_timeout_ms` (see [`crate::serve`]). The three
-//! timeouts run on one timer per connection ([`crate::timeouts`]).
+//! The first three are one service ([`Edge`]) with one future, around the
+//! per-IP limit's `Governor` and the routes. `/healthz`, `/readyz` and
+//! `/metrics` go around all of them. Headers must arrive within
+//! `header_timeout_ms` (see [`crate::serve`]). The three timeouts run on one
+//! timer per connection ([`crate::timeouts`]).
 //!
 //! The access-token check sits on the purchase route itself (see [`crate::access`]).
 
@@ -39,15 +42,15 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use boxoffice_contract::request_log::{self, RequestLog};
 use boxoffice_contract::{telemetry, Problem};
-use futures_util::future::Either;
 use governor::middleware::NoOpMiddleware;
 use tower::ServiceBuilder;
 use tower_governor::governor::{Governor, GovernorConfigBuilder, SharedRateLimiter};
 use tower_governor::GovernorError;
 
 use crate::client_ip::{Client, ClientIp};
-use crate::timeouts::{self, Deadline};
+use crate::timeouts;
 use crate::Config;
 
 /// What orchestrators and Prometheus call: never limited, shed or counted.
@@ -77,42 +80,30 @@ pub fn protect(
         .expect("the default rate and burst");
     let per_ip_limiter = per_ip_limiter(config);
     let places = std::sync::Arc::new(Places::new(
-        PerClient::new(clients.clone(), config.per_client_in_flight),
+        PerClient::new(config.per_client_in_flight),
         config.max_in_flight,
     ));
     let body_timeout = Duration::from_millis(config.body_timeout_ms.max(1));
     // Probes and metrics stay outside the fans' limits: an orchestrator or
     // Prometheus behind the same address as a flood still gets its answer.
     let probes = routes.clone();
-    // Around the router as one service: `Router::layer` would give each route
-    // its own concurrency limit.
-    let protected = ServiceBuilder::new()
-        .layer_fn(|inner| Identify {
-            inner,
-            clients: clients.clone(),
-        })
-        .layer(telemetry::Traced(Some(crate::SERVICE)))
-        .layer_fn(|inner| {
-            let mut governor = Governor::new(inner, &per_ip).error_handler(rate_limited);
-            governor.limiter = per_ip_limiter.clone();
-            governor
-        })
-        .layer_fn(|inner| TakeAPlace {
-            inner,
-            places: places.clone(),
-        })
-        .layer_fn(|inner| Deadline {
-            inner,
-            timeout: Duration::from_millis(config.request_timeout_ms),
-        })
-        .map_request(move |request| timeouts::per_part(request, body_timeout))
+    let mut per_ip = Governor::new(
         // Around the router, not through `Router::layer`: that boxes every
         // route again, a box each request clones.
-        .layer(DefaultBodyLimit::max(config.body_limit_bytes))
-        .service(routes.layer(telemetry::MarkRoute));
-    Protected {
+        ServiceBuilder::new()
+            .layer(DefaultBodyLimit::max(config.body_limit_bytes))
+            .service(routes.layer(telemetry::MarkRoute)),
+        &per_ip,
+    )
+    .error_handler(rate_limited);
+    per_ip.limiter = per_ip_limiter;
+    Edge {
         probes,
-        guarded: protected,
+        guarded: per_ip,
+        clients,
+        places,
+        timeout: Duration::from_millis(config.request_timeout_ms),
+        body_timeout,
     }
 }
 
@@ -133,22 +124,31 @@ fn per_ip_limiter(config: &Config) -> SharedRateLimiter<std::net::IpAddr, NoOpMi
     limiter
 }
 
-/// The routes behind their layers, and the probes around them: steered by
-/// path, with no router of its own (a second router's miss, fallback and
-/// boxing cost every request).
+/// The edge as one service: the probes steered around it by path (with no
+/// router of its own: a second router's miss, fallback and boxing cost
+/// every request), and for every other request, in order, its id, client
+/// and trace, its telemetry, its places and its deadline, then the per-IP
+/// limit and the routes. One service and one future for what were six
+/// layers, each of which moved the future of the layers inside it (about a
+/// thousand bytes in all) into its own.
 #[derive(Clone)]
-struct Protected<S> {
+struct Edge<S> {
     probes: Router,
+    /// The per-IP limit around the routes.
     guarded: S,
+    clients: ClientIp,
+    places: std::sync::Arc<Places>,
+    timeout: Duration,
+    body_timeout: Duration,
 }
 
-impl<S> tower::Service<axum::extract::Request> for Protected<S>
+impl<S> tower::Service<axum::extract::Request> for Edge<S>
 where
     S: tower::Service<axum::extract::Request, Response = Response, Error = Infallible> + Clone,
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = Either<axum::routing::future::RouteFuture<Infallible>, S::Future>;
+    type Future = Answer<S::Future>;
 
     /// Ready when the guarded routes are (a router always is, so the
     /// probes need no wait). Each connection readies its own copy of the
@@ -162,51 +162,66 @@ where
         self.guarded.poll_ready(cx)
     }
 
-    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
+    fn call(&mut self, mut request: axum::extract::Request) -> Self::Future {
         if PROBES.contains(&request.uri().path()) {
-            Either::Left(self.probes.call(request))
-        } else {
-            Either::Right(self.guarded.call(request))
+            return Answer::Probe {
+                future: self.probes.call(request),
+            };
+        }
+        let started = std::time::Instant::now();
+        let (request_id, client) = self.identify(&mut request);
+        let (observation, log) = telemetry::Observation::begin(
+            Some(crate::SERVICE),
+            &request,
+            request_id.to_str().unwrap_or(""),
+            started,
+        );
+        request.extensions_mut().insert(observation.trace());
+        // What comes after is done with the request current: what it logs
+        // is the request's.
+        let mut log = Some(log);
+        let stage = request_log::with_request(&mut log, || match self.places.take(client) {
+            Ok(held) => Stage::Handled {
+                clock: timeouts::Clock::of(&request),
+                deadline: tokio::time::Instant::from_std(started) + self.timeout,
+                routes: self
+                    .guarded
+                    .call(timeouts::per_part(request, self.body_timeout)),
+                held,
+            },
+            Err(refusal) => Stage::Refused {
+                answer: Some(refusal.answer()),
+            },
+        });
+        Answer::Guarded {
+            guarded: Guarded {
+                stage,
+                observation: Some(observation),
+                log,
+                request_id: Some(request_id),
+            },
         }
     }
 }
 
-/// Who the request is from and which it is, before its span opens
-/// ([`telemetry::Traced`], the next layer):
-///
-/// - its client: found here once ([`Client`]) for the limits after these
-///   layers;
-/// - its trace: continued only from a trusted proxy (one that traces, in
-///   front of the gateway). Anyone else's `traceparent` and `tracestate`
-///   are dropped: a client that chose its own trace id could pile its
-///   requests onto another's trace, and its sampled flag would turn tracing
-///   off for them;
-/// - its id: the caller's `x-request-id`, or a new one, on the request (for
-///   the span and the order service) and on its answer.
-///
-/// A plain `Service`, like [`TakeAPlace`], for the same reason.
-#[derive(Clone)]
-struct Identify<S> {
-    inner: S,
-    clients: ClientIp,
-}
-
-impl<S> tower::Service<axum::extract::Request> for Identify<S>
-where
-    S: tower::Service<axum::extract::Request, Response = Response>,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = Identified<S::Future>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: axum::extract::Request) -> Self::Future {
+impl<S> Edge<S> {
+    /// Who the request is from and which it is, before its telemetry
+    /// begins:
+    ///
+    /// - its client: found here once ([`Client`], also in its extensions for
+    ///   the per-IP limit's key);
+    /// - its trace: continued only from a trusted proxy (one that traces, in
+    ///   front of the gateway). Anyone else's `traceparent` and `tracestate`
+    ///   are dropped: a client that chose its own trace id could pile its
+    ///   requests onto another's trace, and its sampled flag would turn
+    ///   tracing off for them;
+    /// - its id: the caller's `x-request-id`, or a new one, returned for
+    ///   its log (where the purchase route finds it for the order service)
+    ///   and its answer.
+    fn identify(
+        &self,
+        request: &mut axum::extract::Request,
+    ) -> (HeaderValue, Option<std::net::IpAddr>) {
         let request_id = match request.headers().get(&X_REQUEST_ID) {
             Some(id) => id.clone(),
             None => {
@@ -216,53 +231,151 @@ where
                         .encode_lower(&mut uuid::Uuid::encode_buffer()),
                 )
                 .expect("a UUID is a header value");
-                request.headers_mut().insert(X_REQUEST_ID, id.clone());
+                // Not put in the request's headers: a handler that sends it
+                // on finds it in the request's log (`request_log::request_id`).
                 id
             }
         };
-        let peer = crate::Connection::peer_of(&request).map(|peer| peer.ip());
-        let trusted = peer.is_some_and(|peer| self.clients.is_trusted(peer));
-        if let Some(peer) = peer {
-            let client = Client(self.clients.of(peer, request.headers()));
-            request.extensions_mut().insert(client);
-        }
+        let peer = crate::Connection::peer_of(request).map(|peer| peer.ip());
+        let (client, trusted) = match peer {
+            Some(peer) => {
+                let (client, trusted) = self.clients.behind(peer, request.headers());
+                request.extensions_mut().insert(Client(client));
+                (Some(client), trusted)
+            }
+            None => (None, false),
+        };
         if !trusted {
             let headers = request.headers_mut();
             headers.remove(&TRACEPARENT);
             headers.remove(&TRACESTATE);
         }
-        Identified {
-            future: self.inner.call(request),
-            request_id: Some(request_id),
-        }
+        (request_id, client)
     }
 }
 
 pin_project_lite::pin_project! {
-    /// The answer of [`Identify`], given the request's id.
-    struct Identified<F> {
-        #[pin]
-        future: F,
-        request_id: Option<HeaderValue>,
+    /// The answer of [`Edge`]: a probe's, or a guarded request's.
+    #[project = AnswerProjection]
+    enum Answer<F> {
+        Probe { #[pin] future: axum::routing::future::RouteFuture<Infallible> },
+        Guarded { #[pin] guarded: Guarded<F> },
     }
 }
 
-impl<F, E> std::future::Future for Identified<F>
+impl<F> std::future::Future for Answer<F>
 where
-    F: std::future::Future<Output = Result<Response, E>>,
+    F: std::future::Future<Output = Result<Response, Infallible>>,
 {
-    type Output = Result<Response, E>;
+    type Output = Result<Response, Infallible>;
 
     fn poll(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let this = self.project();
-        let mut response = std::task::ready!(this.future.poll(cx))?;
-        if let Some(id) = this.request_id.take() {
-            response.headers_mut().insert(X_REQUEST_ID, id);
+        match self.project() {
+            AnswerProjection::Probe { future } => future.poll(cx),
+            AnswerProjection::Guarded { guarded } => guarded.poll(cx),
         }
-        std::task::Poll::Ready(Ok(response))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A guarded request's answer, counted and timed when it comes, with
+    /// the request's id and trace on it.
+    struct Guarded<F> {
+        // Until dropped, with the request current (as a span's
+        // `Instrumented` does): what it logs on the way out, answered or
+        // given up (the client gone), is the request's too.
+        #[pin]
+        stage: Stage<F>,
+        observation: Option<telemetry::Observation>,
+        // The request, current while the answer is polled or dropped.
+        log: Option<RequestLog>,
+        request_id: Option<HeaderValue>,
+    }
+
+    impl<F> PinnedDrop for Guarded<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            // Answered, it was dropped then (see `poll`).
+            if !matches!(this.stage.as_ref().get_ref(), Stage::Dropped) {
+                request_log::with_request(this.log, || this.stage.set(Stage::Dropped));
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// Where a guarded request is.
+    #[project = StageProjection]
+    enum Stage<F> {
+        /// In the routes, its places held until it is dropped: their
+        /// answer, or 503 once its deadline passes.
+        Handled {
+            #[pin]
+            routes: F,
+            held: Held,
+            clock: timeouts::Clock,
+            deadline: tokio::time::Instant,
+        },
+        /// Refused a place: this answer.
+        Refused { answer: Option<Response> },
+        /// Answered (the routes' future dropped as it answered), or being
+        /// dropped.
+        Dropped,
+    }
+}
+
+impl<F> std::future::Future for Guarded<F>
+where
+    F: std::future::Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = self.project();
+        let (mut stage, observation, request_id) = (this.stage, this.observation, this.request_id);
+        request_log::with_request(this.log, || {
+            let response = match stage.as_mut().project() {
+                StageProjection::Handled {
+                    routes,
+                    clock,
+                    deadline,
+                    ..
+                } => match routes.poll(cx) {
+                    Poll::Ready(Ok(response)) => response,
+                    Poll::Ready(Err(never)) => match never {},
+                    Poll::Pending => match clock.poll_until(*deadline, cx) {
+                        Poll::Ready(()) => Problem::unavailable(
+                            "overloaded",
+                            "the request took too long; try again",
+                            1,
+                        )
+                        .into_response(),
+                        Poll::Pending => return Poll::Pending,
+                    },
+                },
+                StageProjection::Refused { answer } => {
+                    answer.take().expect("polled after it answered")
+                }
+                StageProjection::Dropped => unreachable!("polled after it answered"),
+            };
+            // Its places given back and the routes' future dropped now,
+            // with the request still current: the answer's future is
+            // dropped later, and then needs the request no more.
+            stage.set(Stage::Dropped);
+            let observation = observation.take().expect("polled after it answered");
+            let mut response = observation.finish(response);
+            if let Some(id) = request_id.take() {
+                response.headers_mut().insert(X_REQUEST_ID, id);
+            }
+            Poll::Ready(Ok(response))
+        })
     }
 }
 
@@ -306,7 +419,6 @@ fn rate_limited(error: GovernorError) -> Response {
 /// others whose hash picks the same counter (one in 65,536 of all
 /// addresses; which ones changes with the key each process draws).
 pub struct PerClient {
-    clients: ClientIp,
     max: u32,
     slots: Box<[std::sync::atomic::AtomicU32]>,
     /// Drawn at random per process; fixed in tests, whose addresses then
@@ -318,9 +430,8 @@ pub struct PerClient {
 pub const SLOTS: usize = 1 << 16;
 
 impl PerClient {
-    pub fn new(clients: ClientIp, max: usize) -> Self {
+    pub fn new(max: usize) -> Self {
         Self {
-            clients,
             max: u32::try_from(max.max(1)).unwrap_or(u32::MAX),
             slots: (0..SLOTS).map(|_| Default::default()).collect(),
             hasher: if cfg!(test) {
@@ -459,22 +570,18 @@ impl Places {
         }
     }
 
-    /// The request's places, or why it gets none.
+    /// The places of a request from `client` (none where its client is
+    /// unknown: a gateway place only), or why it gets none.
     fn take(
         self: &std::sync::Arc<Self>,
-        request: &axum::extract::Request,
+        client: Option<std::net::IpAddr>,
     ) -> Result<Held, NoPlace> {
         use std::sync::atomic::Ordering;
-        use tower_governor::key_extractor::KeyExtractor;
-        let client = match self.per_client.clients.extract(request) {
-            Ok(client) => {
-                if !self.per_client.take(client) {
-                    return Err(NoPlace::Client);
-                }
-                Some(client)
+        if let Some(client) = client {
+            if !self.per_client.take(client) {
+                return Err(NoPlace::Client);
             }
-            Err(_) => None,
-        };
+        }
         let max = self.max;
         if self
             .in_flight
@@ -492,71 +599,6 @@ impl Places {
             places: self.clone(),
             client,
         })
-    }
-}
-
-/// [`Places`] as a layer (`ServiceBuilder::layer_fn`): a plain `Service`
-/// rather than `axum::middleware::from_fn`, which boxes the next service and
-/// the future of every request (`scripts/edge_cost.sh` counts the difference).
-#[derive(Clone)]
-struct TakeAPlace<S> {
-    inner: S,
-    places: std::sync::Arc<Places>,
-}
-
-impl<S> tower::Service<axum::extract::Request> for TakeAPlace<S>
-where
-    S: tower::Service<axum::extract::Request, Response = Response>,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = Placed<S::Future>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
-        match self.places.take(&request) {
-            Ok(held) => Placed::Handled {
-                future: self.inner.call(request),
-                held,
-            },
-            Err(refusal) => Placed::Refused {
-                answer: Some(refusal.answer()),
-            },
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The request's answer, its places held until it is dropped.
-    #[project = PlacedProjection]
-    enum Placed<F> {
-        Handled { #[pin] future: F, held: Held },
-        Refused { answer: Option<Response> },
-    }
-}
-
-impl<F, E> std::future::Future for Placed<F>
-where
-    F: std::future::Future<Output = Result<Response, E>>,
-{
-    type Output = Result<Response, E>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        match self.project() {
-            PlacedProjection::Handled { future, .. } => future.poll(cx),
-            PlacedProjection::Refused { answer } => {
-                std::task::Poll::Ready(Ok(answer.take().expect("polled after it answered")))
-            }
-        }
     }
 }
 
@@ -698,13 +740,96 @@ mod tests {
         );
     }
 
-    /// A request from `client` (as `Identify` leaves it).
-    fn from(client: &str) -> axum::extract::Request {
-        let mut request = Request::new(Body::empty());
-        request
-            .extensions_mut()
-            .insert(crate::client_ip::Client(client.parse().unwrap()));
-        request
+    /// A handler's future, dropped when the edge gives its request up:
+    /// by the deadline's 503, or with its answer's future (the client
+    /// gone), logs with the request's fields, as it would while answering.
+    #[tokio::test]
+    async fn a_handler_given_up_is_dropped_with_its_request_current() {
+        /// Logs when dropped.
+        struct Goodbye;
+        impl Drop for Goodbye {
+            fn drop(&mut self) {
+                tracing::info!("handler dropped");
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let logs =
+            boxoffice_contract::telemetry::logs("info", false, false, move || writer.clone());
+        let _guard = tracing::dispatcher::set_default(&logs);
+        let routes = Router::new().route(
+            "/stuck",
+            get(|| async {
+                let _goodbye = Goodbye;
+                std::future::pending::<()>().await;
+            }),
+        );
+        let mut config = Config::defaults();
+        config.request_timeout_ms = 50;
+        let app = ServiceBuilder::new()
+            .layer(axum::Extension(ConnectInfo(SocketAddr::from((
+                [203, 0, 113, 7],
+                9,
+            )))))
+            .service(protect(routes, &config));
+        let stuck = |id: &str| {
+            Request::get("/stuck")
+                .header("x-request-id", id)
+                .body(Body::empty())
+                .unwrap()
+        };
+        // Past the deadline: 503, the handler dropped as it is answered.
+        let response = app.clone().oneshot(stuck("req-late")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // Given up by its caller before the deadline.
+        let given_up = tokio::time::timeout(
+            Duration::from_millis(10),
+            app.clone().oneshot(stuck("req-gone")),
+        )
+        .await;
+        assert!(given_up.is_err(), "answered: {given_up:?}");
+        let logs = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let dropped: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains("handler dropped"))
+            .collect();
+        assert_eq!(dropped.len(), 2, "{logs}");
+        assert!(dropped[0].contains("request_id=req-late"), "{logs}");
+        assert!(dropped[1].contains("request_id=req-gone"), "{logs}");
+    }
+
+    /// A request's places are given back when it is answered, not when
+    /// its answer's future is dropped (hyper drops it once the answer is
+    /// written).
+    #[tokio::test]
+    async fn places_are_given_back_as_the_request_is_answered() {
+        let mut config = Config::defaults();
+        config.per_client_in_flight = 1;
+        let app = ServiceBuilder::new()
+            .layer(axum::Extension(ConnectInfo(SocketAddr::from((
+                [203, 0, 113, 7],
+                9,
+            )))))
+            .service(protect(
+                Router::new().route("/hello", get(|| async { "hi" })),
+                &config,
+            ));
+        let hello = || Request::get("/hello").body(Body::empty()).unwrap();
+        // Called, not `oneshot`, which drops the future as it answers.
+        use tower::Service as _;
+        let mut service = app.clone();
+        let mut first = Box::pin(service.ready().await.unwrap().call(hello()));
+        let answered = first.as_mut().await.unwrap();
+        assert_eq!(answered.status(), StatusCode::OK);
+        // The first answer's future not dropped yet: its place is free.
+        let second = app.clone().oneshot(hello()).await.unwrap();
+        assert_eq!(second.status(), StatusCode::OK);
+        drop(first);
+    }
+
+    /// A client address.
+    fn from(client: &str) -> Option<std::net::IpAddr> {
+        Some(client.parse().unwrap())
     }
 
     /// Addresses whose hash picks the same counter share its places: the
@@ -713,8 +838,7 @@ mod tests {
     /// than its own `max`.
     #[test]
     fn addresses_sharing_a_counter_share_its_places() {
-        let clients = ClientIp::new(Vec::new(), crate::client_ip::ForwardedHeader::XForwardedFor);
-        let per_client = PerClient::new(clients, 2);
+        let per_client = PerClient::new(2);
         let first: std::net::IpAddr = "10.0.0.1".parse().unwrap();
         let slot = per_client.slot(first) as *const _;
         let second = (1..=u32::MAX)
@@ -735,23 +859,22 @@ mod tests {
 
     #[test]
     fn places_are_given_back_when_the_request_is_done_or_refused() {
-        let clients = ClientIp::new(Vec::new(), crate::client_ip::ForwardedHeader::XForwardedFor);
-        let places = Arc::new(Places::new(PerClient::new(clients, 1), 2));
+        let places = Arc::new(Places::new(PerClient::new(1), 2));
         let slots: std::collections::HashSet<_> = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
             .map(|a| places.per_client.slot(a.parse().unwrap()) as *const _)
             .into();
         assert_eq!(slots.len(), 3, "each address has a counter of its own");
-        let first = places.take(&from("10.0.0.1")).ok().unwrap();
+        let first = places.take(from("10.0.0.1")).ok().unwrap();
         // The client's one place is taken; the gateway has one left.
         assert!(matches!(
-            places.take(&from("10.0.0.1")),
+            places.take(from("10.0.0.1")),
             Err(NoPlace::Client)
         ));
-        let second = places.take(&from("10.0.0.2")).ok().unwrap();
+        let second = places.take(from("10.0.0.2")).ok().unwrap();
         // The gateway's two places are taken: a third client is refused,
         // and the place its address had taken is given back.
         assert!(matches!(
-            places.take(&from("10.0.0.3")),
+            places.take(from("10.0.0.3")),
             Err(NoPlace::Gateway)
         ));
         assert_eq!(places.per_client.held_in_all(), 2);
@@ -759,9 +882,9 @@ mod tests {
         assert_eq!(places.per_client.held("10.0.0.1"), 0);
         assert_eq!(places.per_client.held_in_all(), 1);
         // The first client's place and a gateway place are back.
-        let again = places.take(&from("10.0.0.1")).ok().unwrap();
+        let again = places.take(from("10.0.0.1")).ok().unwrap();
         assert!(matches!(
-            places.take(&from("10.0.0.3")),
+            places.take(from("10.0.0.3")),
             Err(NoPlace::Gateway)
         ));
         drop((second, again));
@@ -771,7 +894,7 @@ mod tests {
             0
         );
         // A request whose client is unknown takes a gateway place only.
-        let unknown = places.take(&Request::new(Body::empty())).ok().unwrap();
+        let unknown = places.take(None).ok().unwrap();
         assert_eq!(places.per_client.held_in_all(), 0);
         assert_eq!(
             places.in_flight.load(std::sync::atomic::Ordering::Relaxed),

@@ -11,7 +11,7 @@
 //! - [`orders`]: buy (spend the token once, forward to the order service) and follow an order.
 //! - [`events`]: public event info and the JWKS.
 //! - [`cache`]: each event's settings, kept in memory for one admission tick.
-//! - [`edge`]: the protective layers: request id, per-IP rate limit, load shedding, deadline, body limit.
+//! - [`edge`]: the protective layers: request id, load shedding, deadline, per-IP rate limit, body limit.
 //! - [`pow`]: the optional proof of work on join.
 //! - [`identity`]: `account` events: the ticketing site's identity tokens, checked
 //!   against its JWKS.
@@ -326,10 +326,7 @@ pub async fn serve(
         state.config.trusted_proxies.clone(),
         state.config.forwarded_header,
     );
-    let connections = Arc::new(edge::PerClient::new(
-        proxies.clone(),
-        state.config.max_connections_per_ip,
-    ));
+    let connections = Arc::new(edge::PerClient::new(state.config.max_connections_per_ip));
     let app = app(state);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);

@@ -232,9 +232,13 @@ async fn buy(
         .ok()
         .flatten()
         .map(|event| event.config.per_fan_limit);
-    let request_id = headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
+    // The edge's (the caller's, or one it made), else the caller's header
+    // (the routes served without the edge).
+    let request_id = boxoffice_contract::request_log::request_id()
+        .or_else(|| {
+            let id = headers.get("x-request-id")?.to_str().ok()?;
+            Some(id.to_owned())
+        })
         .unwrap_or_default();
     let call = state
         .upstream

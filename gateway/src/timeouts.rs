@@ -24,8 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::response::{IntoResponse, Response};
-use boxoffice_contract::Problem;
 use tokio::time::{Instant, Sleep};
 
 /// A connection's timer (see the module's documentation). Cloning shares it.
@@ -120,70 +118,6 @@ impl hyper::rt::Timer for ConnectionTimer {
 
     fn sleep_until(&self, deadline: std::time::Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
         Box::pin(self.0.until(deadline.into()))
-    }
-}
-
-/// The deadline of a whole request, on its connection's [`Clock`] (one of
-/// its own where it has none, as under `axum::serve`): past `timeout`, 503
-/// `overloaded` with `Retry-After`.
-#[derive(Clone)]
-pub struct Deadline<S> {
-    pub inner: S,
-    pub timeout: Duration,
-}
-
-impl<S, E> tower::Service<axum::extract::Request> for Deadline<S>
-where
-    S: tower::Service<axum::extract::Request, Response = Response, Error = E>,
-{
-    type Response = Response;
-    type Error = E;
-    type Future = Deadlined<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), E>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
-        let clock = Clock::of(&request);
-        Deadlined {
-            deadline: Instant::now() + self.timeout,
-            future: self.inner.call(request),
-            clock,
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A request's answer, or 503 once its deadline passes.
-    pub struct Deadlined<F> {
-        #[pin]
-        future: F,
-        clock: Clock,
-        deadline: Instant,
-    }
-}
-
-impl<F, E> Future for Deadlined<F>
-where
-    F: Future<Output = Result<Response, E>>,
-{
-    type Output = Result<Response, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        if let Poll::Ready(answer) = this.future.poll(cx) {
-            return Poll::Ready(answer);
-        }
-        match this.clock.poll_until(*this.deadline, cx) {
-            Poll::Ready(()) => Poll::Ready(Ok(Problem::unavailable(
-                "overloaded",
-                "the request took too long; try again",
-                1,
-            )
-            .into_response())),
-            Poll::Pending => Poll::Pending,
-        }
     }
 }
 

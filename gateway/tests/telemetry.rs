@@ -513,8 +513,8 @@ async fn one_purchase_is_one_trace_from_the_gateway_to_the_ticket_worker(
     let stack = Stack::start_behind_proxy(pool_options, connect).await;
     let event = format!("t{}", &stack.prefix[1..12]);
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let (order_id, answered) = stack
-        .purchase(&event, &format!("00-{trace_id}-00f067aa0ba902b7-01"))
+    let (order_id, answered, request_id) = stack
+        .purchase_with_id(&event, &format!("00-{trace_id}-00f067aa0ba902b7-01"))
         .await;
     assert!(
         answered.starts_with(&format!("00-{trace_id}-")),
@@ -548,6 +548,10 @@ async fn one_purchase_is_one_trace_from_the_gateway_to_the_ticket_worker(
     let orders = span_of("seats held", "request");
     assert_eq!(orders.len(), 1, "the order service's line lacks the trace");
     assert_eq!(orders[0]["parent_span_id"], gateway_span);
+    // The id the gateway made for the purchase (it sent none) is the one
+    // on its answer, its line and the order service's.
+    assert_eq!(gateway[0]["request_id"], request_id.as_str());
+    assert_eq!(orders[0]["request_id"], request_id.as_str());
     let order_span = orders[0]["span_id"].as_str().unwrap();
 
     let saga: Vec<&Value> = lines

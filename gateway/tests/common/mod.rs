@@ -339,6 +339,17 @@ impl Stack {
     /// A purchase from a new open event to its issued tickets, sent with
     /// `traceparent`: the order id and the `traceparent` the fan was answered.
     pub async fn purchase(&self, event_id: &str, traceparent: &str) -> (String, String) {
+        let (order_id, answered, _) = self.purchase_with_id(event_id, traceparent).await;
+        (order_id, answered)
+    }
+
+    /// [`Stack::purchase`], with the `x-request-id` of the purchase's answer
+    /// (the gateway's own: the purchase sends none).
+    pub async fn purchase_with_id(
+        &self,
+        event_id: &str,
+        traceparent: &str,
+    ) -> (String, String, String) {
         self.create_event(event_id, 10, 100.0, 4).await;
         let (status, joined) = self.join(event_id, "fan-1").await;
         assert_eq!(status, StatusCode::CREATED, "{joined}");
@@ -360,11 +371,15 @@ impl Stack {
             .to_str()
             .unwrap()
             .to_owned();
+        let request_id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         let body: Value = response.json().await.unwrap();
         let order_id = body["order_id"].as_str().unwrap().to_owned();
         self.wait_ticketed(&order_id, body["order_token"].as_str().unwrap())
             .await;
-        (order_id, answered)
+        (order_id, answered, request_id)
     }
 
     /// GET `url` (no token) and its JSON body, whatever the status.
