@@ -27,8 +27,11 @@
 //! 5. a body limit (larger bodies are 413 `payload-too-large`) and a body
 //!    read timeout per part.
 //!
-//! The first three are one service ([`Edge`]) with one future, around the
-//! per-IP limit's `Governor` and the routes. `/healthz`, `/readyz` and
+//! The first three, and the body's timeout, are one service ([`Edge`]) with
+//! one future, around the per-IP limit's `Governor` and the routes. A
+//! request refused a place still draws on its address's quota (and past it
+//! gets the per-IP limit's 429), so the quota counts every request, as if
+//! the per-IP limit came first. `/healthz`, `/readyz` and
 //! `/metrics` go around all of them. Headers must arrive within
 //! `header_timeout_ms` (see [`crate::serve`]). The three timeouts run on one
 //! timer per connection ([`crate::timeouts`]).
@@ -79,6 +82,7 @@ pub fn protect(
         .finish()
         .expect("the default rate and burst");
     let per_ip_limiter = per_ip_limiter(config);
+    let refused_per_ip = per_ip_limiter.clone();
     let places = std::sync::Arc::new(Places::new(
         PerClient::new(config.per_client_in_flight),
         config.max_in_flight,
@@ -100,6 +104,7 @@ pub fn protect(
     Edge {
         probes,
         guarded: per_ip,
+        per_ip: refused_per_ip,
         clients,
         places,
         timeout: Duration::from_millis(config.request_timeout_ms),
@@ -136,6 +141,8 @@ struct Edge<S> {
     probes: Router,
     /// The per-IP limit around the routes.
     guarded: S,
+    /// The per-IP limit's own limiter, for requests refused a place.
+    per_ip: SharedRateLimiter<std::net::IpAddr, NoOpMiddleware>,
     clients: ClientIp,
     places: std::sync::Arc<Places>,
     timeout: Duration,
@@ -183,14 +190,14 @@ where
         let stage = request_log::with_request(&mut log, || match self.places.take(client) {
             Ok(held) => Stage::Handled {
                 clock: timeouts::Clock::of(&request),
-                deadline: tokio::time::Instant::from_std(started) + self.timeout,
+                deadline: tokio::time::Instant::now() + self.timeout,
                 routes: self
                     .guarded
                     .call(timeouts::per_part(request, self.body_timeout)),
                 held,
             },
             Err(refusal) => Stage::Refused {
-                answer: Some(refusal.answer()),
+                answer: Some(self.refuse(client, refusal)),
             },
         });
         Answer::Guarded {
@@ -205,6 +212,27 @@ where
 }
 
 impl<S> Edge<S> {
+    /// The answer to a request from `client` refused a place. It still
+    /// draws on its address's quota, as every request does (the per-IP
+    /// limit answers those given a place): a client hammering a full
+    /// gateway is held to its rate, and past it gets the per-IP limit's 429
+    /// with the time to wait, as when the per-IP limit came before the
+    /// places.
+    fn refuse(&self, client: Option<std::net::IpAddr>, refusal: NoPlace) -> Response {
+        match client.map(|client| self.per_ip.check_key(&client)) {
+            Some(Err(not_until)) => {
+                use governor::clock::{Clock as _, DefaultClock};
+                rate_limited(GovernorError::TooManyRequests {
+                    wait_time: not_until
+                        .wait_time_from(DefaultClock::default().now())
+                        .as_secs(),
+                    headers: None,
+                })
+            }
+            _ => refusal.answer(),
+        }
+    }
+
     /// Who the request is from and which it is, before its telemetry
     /// begins:
     ///
@@ -740,9 +768,11 @@ mod tests {
         );
     }
 
-    /// A handler's future, dropped when the edge gives its request up:
-    /// by the deadline's 503, or with its answer's future (the client
-    /// gone), logs with the request's fields, as it would while answering.
+    /// A handler's future, dropped when the edge gives its request up,
+    /// logs with the request's fields, as it would while answering: cut
+    /// off by the deadline's 503 (dropped as that is answered, before the
+    /// answer's future is), or given up with its answer's future (the
+    /// client gone).
     #[tokio::test]
     async fn a_handler_given_up_is_dropped_with_its_request_current() {
         /// Logs when dropped.
@@ -752,55 +782,134 @@ mod tests {
                 tracing::info!("handler dropped");
             }
         }
+        use tower::Service as _;
         let sink = Sink::default();
         let writer = sink.clone();
         let logs =
             boxoffice_contract::telemetry::logs("info", false, false, move || writer.clone());
         let _guard = tracing::dispatcher::set_default(&logs);
-        let routes = Router::new().route(
-            "/stuck",
-            get(|| async {
-                let _goodbye = Goodbye;
-                std::future::pending::<()>().await;
-            }),
-        );
-        let mut config = Config::defaults();
-        config.request_timeout_ms = 50;
-        let app = ServiceBuilder::new()
-            .layer(axum::Extension(ConnectInfo(SocketAddr::from((
-                [203, 0, 113, 7],
-                9,
-            )))))
-            .service(protect(routes, &config));
+        let app = |request_timeout_ms| {
+            let routes = Router::new().route(
+                "/stuck",
+                get(|| async {
+                    let _goodbye = Goodbye;
+                    std::future::pending::<()>().await;
+                }),
+            );
+            let mut config = Config::defaults();
+            config.request_timeout_ms = request_timeout_ms;
+            ServiceBuilder::new()
+                .layer(axum::Extension(ConnectInfo(SocketAddr::from((
+                    [203, 0, 113, 7],
+                    9,
+                )))))
+                .service(protect(routes, &config))
+        };
         let stuck = |id: &str| {
             Request::get("/stuck")
                 .header("x-request-id", id)
                 .body(Body::empty())
                 .unwrap()
         };
+        let dropped = || {
+            let logs = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+            let lines: Vec<String> = logs
+                .lines()
+                .filter(|l| l.contains("handler dropped"))
+                .map(str::to_owned)
+                .collect();
+            lines
+        };
         // Past the deadline: 503, the handler dropped as it is answered.
-        let response = app.clone().oneshot(stuck("req-late")).await.unwrap();
+        let mut late = app(50);
+        let mut answer = Box::pin(late.ready().await.unwrap().call(stuck("req-late")));
+        let response = answer.as_mut().await.unwrap();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-        // Given up by its caller before the deadline.
+        let lines = dropped();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("request_id=req-late"), "{lines:?}");
+        drop(answer);
+        // Given up by its caller, long before its deadline.
         let given_up = tokio::time::timeout(
-            Duration::from_millis(10),
-            app.clone().oneshot(stuck("req-gone")),
+            Duration::from_millis(50),
+            app(60_000).oneshot(stuck("req-gone")),
         )
         .await;
         assert!(given_up.is_err(), "answered: {given_up:?}");
-        let logs = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
-        let dropped: Vec<&str> = logs
-            .lines()
-            .filter(|l| l.contains("handler dropped"))
-            .collect();
-        assert_eq!(dropped.len(), 2, "{logs}");
-        assert!(dropped[0].contains("request_id=req-late"), "{logs}");
-        assert!(dropped[1].contains("request_id=req-gone"), "{logs}");
+        let lines = dropped();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[1].contains("request_id=req-gone"), "{lines:?}");
+    }
+
+    /// A request refused a place still draws on its address's quota, as
+    /// when the per-IP limit came before the places: hammering a full
+    /// gateway is held to the rate, and past it answered by the per-IP
+    /// limit.
+    #[tokio::test]
+    async fn a_request_refused_a_place_draws_on_its_addresss_quota() {
+        use tower::Service as _;
+        let mut config = Config::defaults();
+        config.per_client_in_flight = 1;
+        config.per_ip_rate = 1;
+        config.per_ip_burst = 3;
+        let mut app = ServiceBuilder::new()
+            .layer(axum::Extension(ConnectInfo(SocketAddr::from((
+                [203, 0, 113, 7],
+                9,
+            )))))
+            .service(protect(
+                Router::new()
+                    .route("/stuck", get(std::future::pending::<()>))
+                    .route("/hello", get(|| async { "hi" })),
+                &config,
+            ));
+        let get = |path: &str| Request::get(path).body(Body::empty()).unwrap();
+        let detail = |response: Response| async move {
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 4096)
+                .await
+                .unwrap();
+            let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            (status, problem["detail"].as_str().unwrap().to_owned())
+        };
+        // The address's one place held (one of its three requests' worth).
+        let mut stuck = Box::pin(app.ready().await.unwrap().call(get("/stuck")));
+        let polled = tokio::time::timeout(Duration::from_millis(20), stuck.as_mut()).await;
+        assert!(polled.is_err(), "answered: {polled:?}");
+        // Refused a place: the second of three.
+        let second = app.clone().oneshot(get("/hello")).await.unwrap();
+        assert_eq!(
+            detail(second).await,
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests from this address at once".to_owned()
+            )
+        );
+        // The third.
+        let third = app.clone().oneshot(get("/hello")).await.unwrap();
+        assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+        // Past the quota: the per-IP limit's answer, place or none.
+        let fourth = app.clone().oneshot(get("/hello")).await.unwrap();
+        assert_eq!(
+            detail(fourth).await,
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests from this address".to_owned()
+            )
+        );
+        drop(stuck);
+        let fifth = app.clone().oneshot(get("/hello")).await.unwrap();
+        assert_eq!(
+            detail(fifth).await,
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests from this address".to_owned()
+            )
+        );
     }
 
     /// A request's places are given back when it is answered, not when
-    /// its answer's future is dropped (hyper drops it once the answer is
-    /// written).
+    /// its answer's future is dropped (whenever its caller drops it).
     #[tokio::test]
     async fn places_are_given_back_as_the_request_is_answered() {
         let mut config = Config::defaults();
