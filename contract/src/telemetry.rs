@@ -313,7 +313,6 @@ where
             self.service,
             &request,
             request_id.and_then(|v| v.to_str().ok()).unwrap_or(""),
-            Instant::now(),
         );
         request.extensions_mut().insert(observation.trace());
         // The layers below do their first part here, in `call`: with the
@@ -387,13 +386,12 @@ impl Observation {
     /// The request's span and trace context (for its extensions:
     /// [`Observation::trace`]), and its exported span if `service` exports
     /// them; with what its log lines say of it (`request_id` among them).
-    /// Its time is counted from `started`.
     pub fn begin(
         service: Option<&'static str>,
         request: &Request,
         request_id: &str,
-        started: Instant,
     ) -> (Self, RequestLog) {
+        let started = Instant::now();
         let (cx, parent) = TraceContext::span_under(
             request
                 .headers()

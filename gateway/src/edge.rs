@@ -175,13 +175,11 @@ where
                 future: self.probes.call(request),
             };
         }
-        let started = std::time::Instant::now();
         let (request_id, client) = self.identify(&mut request);
         let (observation, log) = telemetry::Observation::begin(
             Some(crate::SERVICE),
             &request,
             request_id.to_str().unwrap_or(""),
-            started,
         );
         request.extensions_mut().insert(observation.trace());
         // What comes after is done with the request current: what it logs
